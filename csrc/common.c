@@ -1,0 +1,44 @@
+/* Small pieces every part of the core uses: the lock's slow path, status
+ * names and the failure formatter of check(). */
+#include "internal.h"
+
+#include <sched.h>
+
+void ascm_lock_slow(ascm_lock *l) {
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
+        if (spins >= 64) {
+            sched_yield(); /* the holder may have been descheduled */
+            spins = 0;
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    }
+}
+
+int ascm_fail(char *msg, size_t msglen, const char *fmt, ...) {
+    if (msg && msglen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msglen, fmt, ap);
+        va_end(ap);
+    }
+    return ASCM_ERR_CORRUPT;
+}
+
+const char *ascm_status_str(int status) {
+    switch (status) {
+    case ASCM_OK: return "ok";
+    case ASCM_ERR_NOMEM: return "out of memory";
+    case ASCM_ERR_INVAL: return "invalid argument";
+    case ASCM_ERR_BADFREE: return "not the start of a live block";
+    case ASCM_ERR_CORRUPT: return "allocator state is corrupt";
+    case ASCM_ERR_HOSTMEM: return "host memory for metadata ran out";
+    case ASCM_ERR_BUDGET: return "page budget exhausted";
+    default: return "unknown status";
+    }
+}

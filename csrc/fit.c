@@ -1,0 +1,269 @@
+/* Best fit with immediate coalescing over [0, nunits), all metadata
+ * out-of-band.  The pool's path for large blocks and for slab storage.
+ *
+ * Why not the buddy here: a buddy places a block only at offsets aligned to
+ * its size, and on recorded inference traces that costs about 8% of capacity
+ * against best fit (see BENCHMARKS.md); best fit, address-ordered among equal
+ * sizes, is the classic fragmentation champion.  To keep it fast, free blocks
+ * sit in size bins (16 per power of two, exact below 16 units) with a two-level
+ * bitmap of non-empty bins: the bin of the request is scanned for the
+ * smallest fit, else the next non-empty bin gives the smallest block larger
+ * than any in the request's bin.  Scans stop after ASCM_FIT_SCAN nodes.
+ *
+ * Every block (free or used) is a node; nodes are linked in address order,
+ * so a freed block merges with free neighbours in O(1).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+#define INITIAL_NODES 256u
+
+static inline uint32_t bin_of(uint64_t len) {
+    if (len < 16) return (uint32_t)len;
+    unsigned fl = ascm_log2_floor(len);
+    return 16u + (fl - 4u) * 16u + (uint32_t)((len >> (fl - 4u)) & 15u);
+}
+
+static void bin_insert(ascm_fit *f, uint32_t i) {
+    ascm_fit_node *n = &f->nodes[i];
+    uint32_t b = bin_of(n->len);
+    n->bin = b;
+    n->is_free = 1;
+    n->prev_free = ASCM_NODE_NONE;
+    n->next_free = f->bin_head[b];
+    if (n->next_free) f->nodes[n->next_free].prev_free = i;
+    f->bin_head[b] = i;
+    f->bin_bits[b >> 6] |= 1ull << (b & 63);
+    f->bin_words |= 1ull << (b >> 6);
+    f->free_units += n->len;
+}
+
+static void bin_remove(ascm_fit *f, uint32_t i) {
+    ascm_fit_node *n = &f->nodes[i];
+    uint32_t b = n->bin;
+    if (n->prev_free) f->nodes[n->prev_free].next_free = n->next_free;
+    else f->bin_head[b] = n->next_free;
+    if (n->next_free) f->nodes[n->next_free].prev_free = n->prev_free;
+    if (!f->bin_head[b]) {
+        f->bin_bits[b >> 6] &= ~(1ull << (b & 63));
+        if (!f->bin_bits[b >> 6]) f->bin_words &= ~(1ull << (b >> 6));
+    }
+    n->is_free = 0;
+    f->free_units -= n->len;
+}
+
+/* First non-empty bin at or after b, or ASCM_FIT_BINS. */
+static uint32_t next_bin(const ascm_fit *f, uint32_t b) {
+    if (b >= ASCM_FIT_BINS) return ASCM_FIT_BINS;
+    uint32_t w = b >> 6;
+    uint64_t bits = f->bin_bits[w] & (~0ull << (b & 63));
+    if (bits) return (w << 6) | ascm_ctz64(bits);
+    uint64_t words = w + 1 < 64 ? f->bin_words & (~0ull << (w + 1)) : 0;
+    if (!words) return ASCM_FIT_BINS;
+    w = ascm_ctz64(words);
+    return (w << 6) | ascm_ctz64(f->bin_bits[w]);
+}
+
+static int node_new(ascm_fit *f, uint32_t *out) {
+    if (f->recycled) {
+        *out = f->recycled;
+        f->recycled = f->nodes[*out].next_free;
+        return ASCM_OK;
+    }
+    if (f->nused == f->ncap) {
+        if (f->ncap >= (ASCM_SLAB_TAG >> 1)) return ASCM_ERR_HOSTMEM; /* indices share owner[] with slab tags */
+        ascm_fit_node *grown = realloc(f->nodes, (size_t)f->ncap * 2 * sizeof *grown);
+        if (!grown) return ASCM_ERR_HOSTMEM;
+        f->nodes = grown;
+        f->ncap *= 2;
+    }
+    *out = f->nused++;
+    return ASCM_OK;
+}
+
+static void node_recycle(ascm_fit *f, uint32_t i) {
+    f->nodes[i].len = 0;
+    f->nodes[i].next_free = f->recycled;
+    f->recycled = i;
+}
+
+void ascm_fit_reset(ascm_fit *f) {
+    memset(f->bin_head, 0, sizeof f->bin_head);
+    memset(f->bin_bits, 0, sizeof f->bin_bits);
+    f->bin_words = 0;
+    f->free_units = 0;
+    f->recycled = ASCM_NODE_NONE;
+    memset(&f->nodes[0], 0, sizeof f->nodes[0]);
+    f->nused = 2;
+    ascm_fit_node *all = &f->nodes[1];
+    memset(all, 0, sizeof *all);
+    all->len = f->nunits;
+    bin_insert(f, 1);
+}
+
+int ascm_fit_init(ascm_fit *f, uint64_t nunits) {
+    memset(f, 0, sizeof *f);
+    f->nunits = nunits;
+    f->ncap = INITIAL_NODES;
+    f->nodes = malloc(f->ncap * sizeof *f->nodes);
+    if (!f->nodes) return ASCM_ERR_HOSTMEM;
+    ascm_fit_reset(f);
+    return ASCM_OK;
+}
+
+void ascm_fit_destroy(ascm_fit *f) {
+    free(f->nodes);
+    f->nodes = NULL;
+}
+
+/* Smallest block of at least need units in bin b (ties: lowest address). */
+static uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need) {
+    uint32_t best = ASCM_NODE_NONE;
+    unsigned seen = 0;
+    for (uint32_t i = f->bin_head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
+        const ascm_fit_node *n = &f->nodes[i];
+        if (n->len < need) continue;
+        if (!best || n->len < f->nodes[best].len ||
+            (n->len == f->nodes[best].len && n->off < f->nodes[best].off))
+            best = i;
+    }
+    return best;
+}
+
+int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *out) {
+    uint64_t need = n + align_units - 1; /* room to slide the start to alignment */
+    if (need < n || need > f->nunits) return ASCM_ERR_NOMEM;
+    uint32_t b = bin_of(need);
+    uint32_t x = f->bin_head[b] ? best_in_bin(f, b, need) : ASCM_NODE_NONE;
+    if (!x) {
+        uint32_t b2 = next_bin(f, b + 1);
+        if (b2 == ASCM_FIT_BINS) return ASCM_ERR_NOMEM;
+        x = best_in_bin(f, b2, need);
+    }
+    /* Two spare nodes for the splits below, taken before touching the lists. */
+    uint32_t head_node, tail_node;
+    if (node_new(f, &head_node) != ASCM_OK) return ASCM_ERR_HOSTMEM;
+    if (node_new(f, &tail_node) != ASCM_OK) {
+        node_recycle(f, head_node);
+        return ASCM_ERR_HOSTMEM;
+    }
+    bin_remove(f, x);
+    ascm_fit_node *blk = &f->nodes[x];
+    uint64_t start = (blk->off + align_units - 1) & ~(align_units - 1);
+    if (start > blk->off) { /* a gap before the aligned start stays free */
+        ascm_fit_node *h = &f->nodes[head_node];
+        blk = &f->nodes[x];
+        h->off = blk->off;
+        h->len = start - blk->off;
+        h->prev_phys = blk->prev_phys;
+        h->next_phys = x;
+        if (h->prev_phys) f->nodes[h->prev_phys].next_phys = head_node;
+        blk->prev_phys = head_node;
+        blk->len -= h->len;
+        blk->off = start;
+        bin_insert(f, head_node);
+    } else {
+        node_recycle(f, head_node);
+    }
+    blk = &f->nodes[x];
+    if (blk->len > n) { /* the tail stays free */
+        ascm_fit_node *t = &f->nodes[tail_node];
+        t->off = blk->off + n;
+        t->len = blk->len - n;
+        t->prev_phys = x;
+        t->next_phys = blk->next_phys;
+        if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
+        blk->next_phys = tail_node;
+        blk->len = n;
+        bin_insert(f, tail_node);
+    } else {
+        node_recycle(f, tail_node);
+    }
+    *out = x;
+    return ASCM_OK;
+}
+
+void ascm_fit_give(ascm_fit *f, uint32_t i) {
+    ascm_fit_node *n = &f->nodes[i];
+    uint32_t prev = n->prev_phys, next = n->next_phys;
+    if (prev && f->nodes[prev].is_free) {
+        bin_remove(f, prev);
+        ascm_fit_node *p = &f->nodes[prev];
+        p->len += n->len;
+        p->next_phys = next;
+        if (next) f->nodes[next].prev_phys = prev;
+        node_recycle(f, i);
+        i = prev;
+        n = p;
+    }
+    if (next && f->nodes[next].is_free) {
+        bin_remove(f, next);
+        n->len += f->nodes[next].len;
+        n->next_phys = f->nodes[next].next_phys;
+        if (n->next_phys) f->nodes[n->next_phys].prev_phys = i;
+        node_recycle(f, next);
+    }
+    n->requested = 0;
+    bin_insert(f, i);
+}
+
+uint64_t ascm_fit_largest(const ascm_fit *f) {
+    if (!f->bin_words) return 0;
+    uint32_t w = 63 - (uint32_t)__builtin_clzll(f->bin_words);
+    uint32_t b = (w << 6) | ascm_log2_floor(f->bin_bits[w]);
+    uint64_t best = 0;
+    for (uint32_t i = f->bin_head[b]; i; i = f->nodes[i].next_free)
+        if (f->nodes[i].len > best) best = f->nodes[i].len;
+    return best;
+}
+
+int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen) {
+    /* address order covers [0, nunits) exactly, with no two free neighbours */
+    uint32_t first = ASCM_NODE_NONE;
+    for (uint32_t i = 1; i < f->nused; i++)
+        if (f->nodes[i].len && f->nodes[i].off == 0) first = i;
+    if (!first) return ascm_fail(msg, msglen, "no block starts at unit 0");
+    uint64_t off = 0, free_units = 0, nodes = 0;
+    uint32_t prev = ASCM_NODE_NONE;
+    for (uint32_t i = first; i; i = f->nodes[i].next_phys) {
+        const ascm_fit_node *n = &f->nodes[i];
+        if (++nodes > f->nused) return ascm_fail(msg, msglen, "address-order list has a cycle");
+        if (n->off != off || n->len == 0)
+            return ascm_fail(msg, msglen, "block at unit %llu does not follow its neighbour",
+                             (unsigned long long)n->off);
+        if (n->prev_phys != prev)
+            return ascm_fail(msg, msglen, "block at unit %llu has a wrong back link",
+                             (unsigned long long)n->off);
+        if (n->is_free) {
+            if (prev && f->nodes[prev].is_free)
+                return ascm_fail(msg, msglen, "free blocks at units %llu and before were not merged",
+                                 (unsigned long long)n->off);
+            if (n->bin != bin_of(n->len))
+                return ascm_fail(msg, msglen, "free block at unit %llu is in the wrong bin",
+                                 (unsigned long long)n->off);
+            free_units += n->len;
+        }
+        off += n->len;
+        prev = i;
+    }
+    if (off != f->nunits) return ascm_fail(msg, msglen, "blocks cover %llu of %llu units",
+                                           (unsigned long long)off, (unsigned long long)f->nunits);
+    if (free_units != f->free_units) return ascm_fail(msg, msglen, "free unit count is wrong");
+    uint64_t listed = 0;
+    for (uint32_t b = 0; b < ASCM_FIT_BINS; b++) {
+        int bit = (int)((f->bin_bits[b >> 6] >> (b & 63)) & 1);
+        if (bit != (f->bin_head[b] != 0)) return ascm_fail(msg, msglen, "bin %u bitmap is wrong", b);
+        uint32_t p = ASCM_NODE_NONE;
+        for (uint32_t i = f->bin_head[b]; i; i = f->nodes[i].next_free) {
+            if (!f->nodes[i].is_free || f->nodes[i].bin != b || f->nodes[i].prev_free != p)
+                return ascm_fail(msg, msglen, "bin %u list is broken", b);
+            if (++listed > f->nused) return ascm_fail(msg, msglen, "bin %u list has a cycle", b);
+            p = i;
+        }
+    }
+    for (uint32_t w = 0; w < ASCM_FIT_BINS / 64; w++)
+        if ((int)((f->bin_words >> w) & 1) != (f->bin_bits[w] != 0))
+            return ascm_fail(msg, msglen, "bin summary word %u is wrong", w);
+    return ASCM_OK;
+}

@@ -1,0 +1,232 @@
+/* Internals shared by the C core's files; not installed, not part of the API. */
+#ifndef ASCMEM_INTERNAL_H
+#define ASCMEM_INTERNAL_H
+
+#include "ascmem.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define ASCM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define ASCM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define ASCM_LIKELY(x) (x)
+#define ASCM_UNLIKELY(x) (x)
+#endif
+
+/* ---- bits --------------------------------------------------------------- */
+
+static inline unsigned ascm_ctz64(uint64_t x) { return (unsigned)__builtin_ctzll(x); }     /* x != 0 */
+static inline unsigned ascm_log2_floor(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); } /* x != 0 */
+static inline unsigned ascm_log2_ceil(uint64_t x) { return x <= 1 ? 0 : ascm_log2_floor(x - 1) + 1; }
+static inline int ascm_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+/* Formats a message for check(); always returns ASCM_ERR_CORRUPT. */
+int ascm_fail(char *msg, size_t msglen, const char *fmt, ...);
+
+/* ---- lock: a spinlock, since every critical section is tens of ns -------- */
+
+typedef struct { atomic_int held; } ascm_lock;
+
+void ascm_lock_slow(ascm_lock *l);
+static inline void ascm_lock_acquire(ascm_lock *l) {
+    if (ASCM_UNLIKELY(atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
+        ascm_lock_slow(l);
+}
+static inline void ascm_lock_release(ascm_lock *l) {
+    atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
+/* ---- hierarchical bitmap: set/clear/test O(levels), first set bit O(levels) */
+
+#define ASCM_HBM_LEVELS 7 /* 64^7 bits: far beyond any range */
+
+typedef struct ascm_hbm {
+    uint64_t nbits;
+    int levels;
+    uint64_t *words[ASCM_HBM_LEVELS]; /* [0] holds the bits, [l+1] marks non-zero words of [l] */
+    uint64_t nwords[ASCM_HBM_LEVELS];
+} ascm_hbm;
+
+int ascm_hbm_init(ascm_hbm *h, uint64_t nbits);
+void ascm_hbm_destroy(ascm_hbm *h);
+void ascm_hbm_clear_all(ascm_hbm *h);
+uint64_t ascm_hbm_bytes(const ascm_hbm *h);
+int ascm_hbm_check(const ascm_hbm *h, char *msg, size_t msglen);
+
+static inline int ascm_hbm_test(const ascm_hbm *h, uint64_t i) {
+    return (int)((h->words[0][i >> 6] >> (i & 63)) & 1u);
+}
+static inline void ascm_hbm_set(ascm_hbm *h, uint64_t i) {
+    for (int l = 0; l < h->levels; l++) {
+        uint64_t *w = &h->words[l][i >> 6];
+        int was_empty = (*w == 0);
+        *w |= 1ull << (i & 63);
+        if (!was_empty) return;
+        i >>= 6;
+    }
+}
+static inline void ascm_hbm_clear(ascm_hbm *h, uint64_t i) {
+    for (int l = 0; l < h->levels; l++) {
+        uint64_t *w = &h->words[l][i >> 6];
+        *w &= ~(1ull << (i & 63));
+        if (*w != 0) return;
+        i >>= 6;
+    }
+}
+static inline int ascm_hbm_any(const ascm_hbm *h) { return h->words[h->levels - 1][0] != 0; }
+/* Lowest set bit; the bitmap must not be empty. */
+static inline uint64_t ascm_hbm_first(const ascm_hbm *h) {
+    uint64_t i = 0;
+    for (int l = h->levels - 1; l >= 0; l--) i = (i << 6) | ascm_ctz64(h->words[l][i]);
+    return i;
+}
+
+/* ---- live table: first unit -> (units, requested bytes) of live blocks ----
+ * An open-addressing hash with linear probing and backward-shift deletion, so
+ * its memory follows the number of live blocks rather than the range size. */
+
+typedef struct ascm_live_entry {
+    uint64_t key;       /* first unit + 1; 0 = empty slot */
+    uint64_t units;
+    uint64_t requested;
+} ascm_live_entry;
+
+typedef struct ascm_live_table {
+    ascm_live_entry *slots;
+    uint64_t mask, count;
+} ascm_live_table;
+
+int ascm_live_init(ascm_live_table *t);
+void ascm_live_destroy(ascm_live_table *t);
+void ascm_live_clear(ascm_live_table *t);
+/* Makes room for one more entry, so that the next put cannot fail. */
+int ascm_live_reserve(ascm_live_table *t);
+int ascm_live_put(ascm_live_table *t, uint64_t unit, uint64_t units, uint64_t requested);
+ascm_live_entry *ascm_live_find(const ascm_live_table *t, uint64_t unit);
+void ascm_live_remove(ascm_live_table *t, ascm_live_entry *e);
+uint64_t ascm_live_bytes(const ascm_live_table *t);
+
+/* ---- best-fit allocator over units (the pool's large-block path) -------- */
+
+#define ASCM_NODE_NONE 0u
+#define ASCM_FIT_BINS 1024
+#define ASCM_FIT_SCAN 64 /* nodes looked at per bin before settling for the best seen */
+
+typedef struct ascm_fit_node {
+    uint64_t off, len;         /* in units */
+    uint64_t requested;        /* bytes asked for (used blocks) */
+    uint32_t prev_phys, next_phys; /* address-order neighbours */
+    uint32_t prev_free, next_free; /* bin list; next_free links recycled nodes too */
+    uint32_t bin;
+    uint32_t is_free;
+} ascm_fit_node;
+
+typedef struct ascm_fit {
+    uint64_t nunits;
+    uint64_t free_units;
+    ascm_fit_node *nodes; /* nodes[0] is the null node */
+    uint32_t ncap, nused, recycled;
+    uint32_t bin_head[ASCM_FIT_BINS];
+    uint64_t bin_bits[ASCM_FIT_BINS / 64];
+    uint64_t bin_words; /* bit w: bin_bits[w] != 0 */
+} ascm_fit;
+
+int ascm_fit_init(ascm_fit *f, uint64_t nunits);
+void ascm_fit_destroy(ascm_fit *f);
+void ascm_fit_reset(ascm_fit *f);
+/* Takes n units starting at a multiple of align_units; returns the node. */
+int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *node);
+void ascm_fit_give(ascm_fit *f, uint32_t node);
+uint64_t ascm_fit_largest(const ascm_fit *f);
+int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
+
+/* ---- slabs: size classes for small requests ---------------------------- */
+
+#define ASCM_SLAB_MAX 32768u       /* largest request served by slabs */
+#define ASCM_SLAB_CLASSES 36
+#define ASCM_SLAB_MAX_SLOTS 2048u
+#define ASCM_SLAB_TAG 0x80000000u  /* owner[] entries that name a slab */
+
+typedef struct ascm_slab {
+    uint64_t off;        /* byte offset in the pool */
+    uint32_t node;       /* fit node that holds it */
+    uint32_t cls;
+    uint32_t count, nfree;
+    uint32_t prev, next; /* the class's list of slabs with free slots */
+    uint32_t hint;       /* first word that may have a free slot */
+    uint32_t nwords;
+    uint16_t *slack;     /* per slot: class size - requested */
+    uint64_t bits[];     /* 1 = slot in use; bits past count stay 1 */
+} ascm_slab;
+
+typedef struct ascm_slab_class {
+    uint32_t size;
+    uint32_t count;       /* slots per slab */
+    uint64_t slab_bytes;
+    uint64_t div_magic;   /* slot = (offset * div_magic) >> 48 */
+    uint32_t partial;     /* head of the list of slabs with a free slot */
+    uint32_t empty;       /* empty slabs kept (at most one) */
+} ascm_slab_class;
+
+extern const uint32_t ascm_slab_sizes[ASCM_SLAB_CLASSES];
+
+/* Class for a request, or -1 when slabs do not serve it. */
+static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
+    if (size > ASCM_SLAB_MAX || align > 4096) return -1;
+    if (size < align) size = align;
+    int c;
+    if (size <= 256) {
+        c = (int)((size + 31) >> 5) - 1;
+    } else {
+        unsigned p = ascm_log2_floor(size - 1);
+        c = 8 + (int)(p - 8) * 4 + (int)(((size - 1) >> (p - 2)) & 3);
+    }
+    while (c < ASCM_SLAB_CLASSES && (ascm_slab_sizes[c] & (align - 1))) c++;
+    return c < ASCM_SLAB_CLASSES ? c : -1;
+}
+
+/* ---- pool --------------------------------------------------------------- */
+
+struct ascm_pool {
+    ascm_lock lock;
+    uint64_t base, size, gran;
+    unsigned gshift, pshift;
+    uint64_t page_size, npages, pages_in_use;
+    uint32_t *page_refs;  /* live blocks touching a page, for the two edge pages of each block */
+    uint32_t *owner;      /* per unit: fit node of a used block's first unit, or TAG|slab */
+    ascm_charge_fn charge;
+    void *charge_ctx;
+    ascm_fit fit;
+    ascm_slab_class classes[ASCM_SLAB_CLASSES];
+    ascm_slab **slabs;    /* slabs[0] unused */
+    uint32_t nslabs_cap, nslabs_used, slab_recycled;
+    uint64_t slab_bytes;
+    /* statistics */
+    uint64_t used, requested, peak_used, peak_requested;
+    uint64_t live_count, alloc_count, free_count, failed_count;
+};
+
+/* Large blocks, used by the pool itself and by slabs for their storage. */
+int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
+                         uint32_t *node);
+void ascm_pool_give_block(ascm_pool *p, uint32_t node);
+
+void ascm_slab_init_classes(ascm_pool *p);
+int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off);
+/* off is the byte offset; owner is the owner[] entry of its unit. */
+int ascm_slab_free(ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable, uint64_t *requested);
+int ascm_slab_lookup(const ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable,
+                     uint64_t *requested);
+void ascm_slab_release_all(ascm_pool *p);
+/* Gives every empty slab back to the large-block path; returns the bytes. */
+uint64_t ascm_slab_trim(ascm_pool *p);
+uint64_t ascm_slab_metadata_bytes(const ascm_pool *p);
+int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t *requested,
+                    char *msg, size_t msglen);
+void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);
+
+#endif /* ASCMEM_INTERNAL_H */

@@ -1,0 +1,374 @@
+/* Pool: routes small requests to slabs and large ones to best fit, keeps the
+ * statistics and the page accounting, and holds the lock.
+ *
+ * Page accounting: a page is in use while any live block (a slab counts as
+ * one block) touches it.  Pages strictly inside a block can only be touched
+ * by that block, so only a block's first and last pages need a reference
+ * count; taking or giving a block costs O(1) whatever its size.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+static uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
+    uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
+    uint64_t added = last > first + 1 ? last - first - 1 : 0;
+    if (p->page_refs[first]++ == 0) added++;
+    if (last != first && p->page_refs[last]++ == 0) added++;
+    p->pages_in_use += added;
+    return added;
+}
+
+static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
+    uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
+    uint64_t dropped = last > first + 1 ? last - first - 1 : 0;
+    if (--p->page_refs[first] == 0) dropped++;
+    if (last != first && --p->page_refs[last] == 0) dropped++;
+    p->pages_in_use -= dropped;
+    return dropped;
+}
+
+int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
+                         uint32_t *node) {
+    uint64_t n = (bytes + p->gran - 1) >> p->gshift;
+    uint64_t align_units = align > p->gran ? align >> p->gshift : 1;
+    int st = ascm_fit_take(&p->fit, n, align_units, node);
+    if (st != ASCM_OK) return st;
+    ascm_fit_node *blk = &p->fit.nodes[*node];
+    uint64_t off = blk->off << p->gshift, len = blk->len << p->gshift;
+    uint64_t added = page_take(p, off, len);
+    if (added && p->charge && p->charge(p->charge_ctx, (int64_t)(added << p->pshift)) != 0) {
+        page_give(p, off, len);
+        ascm_fit_give(&p->fit, *node);
+        return ASCM_ERR_BUDGET;
+    }
+    blk->requested = requested;
+    p->owner[blk->off] = *node;
+    return ASCM_OK;
+}
+
+void ascm_pool_give_block(ascm_pool *p, uint32_t node) {
+    ascm_fit_node *blk = &p->fit.nodes[node];
+    uint64_t dropped = page_give(p, blk->off << p->gshift, blk->len << p->gshift);
+    if (dropped && p->charge) p->charge(p->charge_ctx, -(int64_t)(dropped << p->pshift));
+    p->owner[blk->off] = 0;
+    ascm_fit_give(&p->fit, node);
+}
+
+int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
+    *out = NULL;
+    uint64_t gran = cfg->min_block, page = cfg->page_size ? cfg->page_size : cfg->min_block;
+    if (!ascm_is_pow2(gran) || !ascm_is_pow2(page) || cfg->size == 0 || cfg->size % gran ||
+        cfg->base % gran || cfg->base + cfg->size < cfg->base)
+        return ASCM_ERR_INVAL;
+    ascm_pool *p = calloc(1, sizeof *p);
+    if (!p) return ASCM_ERR_HOSTMEM;
+    p->base = cfg->base;
+    p->size = cfg->size;
+    p->gran = gran;
+    p->gshift = ascm_log2_floor(gran);
+    p->page_size = page;
+    p->pshift = ascm_log2_floor(page);
+    /* pages are counted relative to base; a base that is not page aligned
+     * shifts page boundaries, which only the caller can decide is right */
+    p->npages = ((cfg->size - 1) >> p->pshift) + 1;
+    p->charge = cfg->charge;
+    p->charge_ctx = cfg->charge_ctx;
+    uint64_t nunits = cfg->size >> p->gshift;
+    if (nunits >= ASCM_SLAB_TAG * 2ull) { /* owner[] entries are 32-bit */
+        free(p);
+        return ASCM_ERR_INVAL;
+    }
+    /* calloc of large arrays maps zero pages lazily: untouched ranges cost nothing */
+    p->owner = calloc(nunits, sizeof *p->owner);
+    p->page_refs = calloc(p->npages, sizeof *p->page_refs);
+    if (!p->owner || !p->page_refs || ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
+        ascm_pool_destroy(p);
+        return ASCM_ERR_HOSTMEM;
+    }
+    ascm_slab_init_classes(p);
+    *out = p;
+    return ASCM_OK;
+}
+
+void ascm_pool_destroy(ascm_pool *p) {
+    if (!p) return;
+    ascm_slab_release_all(p);
+    ascm_fit_destroy(&p->fit);
+    free(p->owner);
+    free(p->page_refs);
+    free(p);
+}
+
+static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested) {
+    p->used += usable;
+    p->requested += requested;
+    if (p->used > p->peak_used) p->peak_used = p->used;
+    if (p->requested > p->peak_requested) p->peak_requested = p->requested;
+    p->live_count++;
+    p->alloc_count++;
+}
+
+static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
+    int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    int st;
+    if (ASCM_LIKELY(cls >= 0)) {
+        uint64_t off;
+        st = ascm_slab_alloc(p, cls, size, &off);
+        if (ASCM_LIKELY(st == ASCM_OK)) {
+            count_alloc(p, p->classes[cls].size, size);
+            *addr = p->base + off;
+            return ASCM_OK;
+        }
+        /* no room for a whole slab: a block of a few units may still fit */
+    }
+    uint32_t node;
+    st = ascm_pool_take_block(p, size, align, size, &node);
+    if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
+        st = ascm_pool_take_block(p, size, align, size, &node);
+    if (st == ASCM_OK) {
+        const ascm_fit_node *blk = &p->fit.nodes[node];
+        count_alloc(p, blk->len << p->gshift, size);
+        *addr = p->base + (blk->off << p->gshift);
+        return ASCM_OK;
+    }
+    if (st != ASCM_ERR_HOSTMEM) p->failed_count++;
+    return st;
+}
+
+static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t align) {
+    if (size == 0 || !ascm_is_pow2(align)) return ASCM_ERR_INVAL;
+    if (align > p->gran && (p->base & (align - 1))) return ASCM_ERR_INVAL;
+    if (size > p->size) return ASCM_ERR_NOMEM; /* could never fit: not counted as a failure */
+    return ASCM_OK;
+}
+
+int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
+    int st = check_request(p, size, align);
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    ascm_lock_acquire(&p->lock);
+    st = alloc_locked(p, size, align, addr);
+    ascm_lock_release(&p->lock);
+    return st;
+}
+
+/* Finds the live block at addr: a slab slot or a large block. */
+static int lookup_locked(const ascm_pool *p, uint64_t addr, uint32_t *owner, uint64_t *usable,
+                         uint64_t *requested) {
+    if (addr < p->base || addr - p->base >= p->size) return ASCM_ERR_BADFREE;
+    uint64_t off = addr - p->base;
+    uint32_t o = p->owner[off >> p->gshift];
+    *owner = o;
+    if (o & ASCM_SLAB_TAG) return ascm_slab_lookup(p, o, off, usable, requested);
+    if (!o || (off & (p->gran - 1))) return ASCM_ERR_BADFREE;
+    const ascm_fit_node *blk = &p->fit.nodes[o];
+    *usable = blk->len << p->gshift;
+    *requested = blk->requested;
+    return ASCM_OK;
+}
+
+static int free_locked(ascm_pool *p, uint64_t addr) {
+    if (ASCM_UNLIKELY(addr < p->base || addr - p->base >= p->size)) return ASCM_ERR_BADFREE;
+    uint64_t off = addr - p->base, usable, requested;
+    uint32_t o = p->owner[off >> p->gshift];
+    if (ASCM_LIKELY(o & ASCM_SLAB_TAG)) {
+        int st = ascm_slab_free(p, o, off, &usable, &requested);
+        if (st != ASCM_OK) return st;
+    } else {
+        if (!o || (off & (p->gran - 1))) return ASCM_ERR_BADFREE;
+        usable = p->fit.nodes[o].len << p->gshift;
+        requested = p->fit.nodes[o].requested;
+        ascm_pool_give_block(p, o);
+    }
+    p->used -= usable;
+    p->requested -= requested;
+    p->live_count--;
+    p->free_count++;
+    return ASCM_OK;
+}
+
+int ascm_pool_free(ascm_pool *p, uint64_t addr) {
+    ascm_lock_acquire(&p->lock);
+    int st = free_locked(p, addr);
+    ascm_lock_release(&p->lock);
+    return st;
+}
+
+int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t align,
+                         uint64_t *addrs, size_t *done) {
+    int st = ASCM_OK;
+    size_t i = 0;
+    ascm_lock_acquire(&p->lock);
+    for (; i < n; i++) {
+        st = check_request(p, sizes[i], align);
+        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], align, &addrs[i]);
+        if (st != ASCM_OK) break;
+    }
+    ascm_lock_release(&p->lock);
+    *done = i;
+    return st;
+}
+
+int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done) {
+    int first_error = ASCM_OK;
+    size_t ok = 0;
+    ascm_lock_acquire(&p->lock);
+    for (size_t i = 0; i < n; i++) {
+        int st = free_locked(p, addrs[i]);
+        if (st == ASCM_OK) ok++;
+        else if (first_error == ASCM_OK) first_error = st;
+    }
+    ascm_lock_release(&p->lock);
+    *done = ok;
+    return first_error;
+}
+
+int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
+    uint32_t owner;
+    uint64_t requested;
+    ascm_lock_acquire(&p->lock);
+    int st = lookup_locked(p, addr, &owner, size, &requested);
+    ascm_lock_release(&p->lock);
+    return st;
+}
+
+int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
+    uint32_t owner;
+    uint64_t usable;
+    ascm_lock_acquire(&p->lock);
+    int st = lookup_locked(p, addr, &owner, &usable, size);
+    ascm_lock_release(&p->lock);
+    return st;
+}
+
+int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
+    return addr >= p->base && addr - p->base < p->size;
+}
+uint64_t ascm_pool_base(const ascm_pool *p) { return p->base; }
+uint64_t ascm_pool_size(const ascm_pool *p) { return p->size; }
+
+void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
+    memset(st, 0, sizeof *st);
+    ascm_lock_acquire(&p->lock);
+    st->capacity = p->size;
+    st->used = p->used;
+    st->requested = p->requested;
+    st->peak_used = p->peak_used;
+    st->peak_requested = p->peak_requested;
+    st->free = p->fit.free_units << p->gshift;
+    st->largest_free = ascm_fit_largest(&p->fit) << p->gshift;
+    st->live_count = p->live_count;
+    st->alloc_count = p->alloc_count;
+    st->free_count = p->free_count;
+    st->failed_count = p->failed_count;
+    st->pages_in_use = p->pages_in_use;
+    st->page_size = p->page_size;
+    st->slab_bytes = p->slab_bytes;
+    st->metadata_bytes = sizeof *p + (p->size >> p->gshift) * sizeof *p->owner +
+                         p->npages * sizeof *p->page_refs + p->fit.ncap * sizeof *p->fit.nodes +
+                         ascm_slab_metadata_bytes(p);
+    ascm_lock_release(&p->lock);
+}
+
+void ascm_pool_reset(ascm_pool *p) {
+    ascm_lock_acquire(&p->lock);
+    if (p->pages_in_use && p->charge) p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
+    ascm_slab_release_all(p);
+    ascm_fit_reset(&p->fit);
+    memset(p->owner, 0, (p->size >> p->gshift) * sizeof *p->owner);
+    memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
+    p->pages_in_use = 0;
+    p->used = p->requested = p->peak_used = p->peak_requested = 0;
+    p->live_count = p->alloc_count = p->free_count = p->failed_count = 0;
+    ascm_lock_release(&p->lock);
+}
+
+uint64_t ascm_pool_trim(ascm_pool *p) {
+    ascm_lock_acquire(&p->lock);
+    uint64_t released = ascm_slab_trim(p);
+    ascm_lock_release(&p->lock);
+    return released;
+}
+
+void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
+    ascm_lock_acquire(&p->lock);
+    for (uint32_t i = 1; i < p->fit.nused; i++) {
+        const ascm_fit_node *n = &p->fit.nodes[i];
+        if (n->len && !n->is_free && p->owner[n->off] == i)
+            fn(ctx, p->base + (n->off << p->gshift), n->len << p->gshift, n->requested);
+    }
+    ascm_slab_walk(p, fn, ctx);
+    ascm_lock_release(&p->lock);
+}
+
+static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
+    int st = ascm_fit_check(&p->fit, msg, msglen);
+    if (st != ASCM_OK) return st;
+    uint64_t live = 0, used = 0, requested = 0, pages = 0;
+    uint32_t *refs = calloc(p->npages, sizeof *refs);
+    if (!refs) return ASCM_ERR_HOSTMEM;
+    for (uint32_t i = 1; i < p->fit.nused && st == ASCM_OK; i++) {
+        const ascm_fit_node *n = &p->fit.nodes[i];
+        if (!n->len) continue; /* recycled */
+        uint32_t head = p->owner[n->off];
+        if (n->is_free) {
+            for (uint64_t u = n->off; u < n->off + n->len; u++)
+                if (p->owner[u]) {
+                    st = ascm_fail(msg, msglen, "free unit %llu has an owner", (unsigned long long)u);
+                    break;
+                }
+            continue;
+        }
+        uint64_t off = n->off << p->gshift, len = n->len << p->gshift;
+        uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
+        refs[first]++;
+        if (last != first) refs[last]++;
+        pages += last > first + 1 ? last - first - 1 : 0;
+        if (head & ASCM_SLAB_TAG) {
+            for (uint64_t u = n->off; u < n->off + n->len; u++)
+                if (p->owner[u] != head) {
+                    st = ascm_fail(msg, msglen, "slab unit %llu has a wrong owner", (unsigned long long)u);
+                    break;
+                }
+        } else if (head != i) {
+            st = ascm_fail(msg, msglen, "used block at unit %llu is not in the owner map",
+                           (unsigned long long)n->off);
+        } else {
+            for (uint64_t u = n->off + 1; u < n->off + n->len; u++)
+                if (p->owner[u]) {
+                    st = ascm_fail(msg, msglen, "unit %llu inside a block has an owner", (unsigned long long)u);
+                    break;
+                }
+            if (n->requested == 0 || n->requested > len || n->requested + p->gran <= len)
+                st = ascm_fail(msg, msglen, "block at unit %llu has a bad requested size",
+                               (unsigned long long)n->off);
+            live++;
+            used += len;
+            requested += n->requested;
+        }
+    }
+    for (uint64_t pg = 0; pg < p->npages && st == ASCM_OK; pg++) {
+        if (refs[pg] != p->page_refs[pg])
+            st = ascm_fail(msg, msglen, "page %llu reference count is wrong", (unsigned long long)pg);
+        pages += refs[pg] != 0;
+    }
+    free(refs);
+    if (st != ASCM_OK) return st;
+    if (pages != p->pages_in_use) return ascm_fail(msg, msglen, "pages in use is wrong");
+    st = ascm_slab_check(p, &live, &used, &requested, msg, msglen);
+    if (st != ASCM_OK) return st;
+    if (live != p->live_count || used != p->used || requested != p->requested)
+        return ascm_fail(msg, msglen, "statistics disagree with the live blocks");
+    if (p->alloc_count - p->free_count != p->live_count)
+        return ascm_fail(msg, msglen, "alloc_count - free_count != live_count");
+    if (p->peak_used < p->used || p->peak_requested < p->requested || p->used < p->requested)
+        return ascm_fail(msg, msglen, "peaks or rounding are inconsistent");
+    return ASCM_OK;
+}
+
+int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen) {
+    ascm_lock_acquire(&p->lock);
+    int st = check_locked(p, msg, msglen);
+    ascm_lock_release(&p->lock);
+    return st;
+}

@@ -1,0 +1,307 @@
+/* Slabs: size classes for requests up to ASCM_SLAB_MAX bytes.
+ *
+ * Classes are multiples of 32 bytes: every 32 up to 256, then four per power
+ * of two, so rounding wastes at most 25% (a 257-byte request gets 320).  A
+ * slab is one large block of the pool cut into equal slots; its occupancy
+ * bitmap and per-slot rounding slack live in a host-side descriptor.  Every
+ * unit of a slab points at the descriptor through the pool's owner[] map, so
+ * free finds it in O(1).  A slab that empties goes back to the large-block
+ * path unless it would be its class's only empty slab, which is kept to
+ * absorb alloc/free ping-pong at a slab boundary.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+#define SLAB_MIN_BYTES 16384u
+#define SLAB_MIN_SLOTS 4u
+
+const uint32_t ascm_slab_sizes[ASCM_SLAB_CLASSES] = {
+    32,   64,   96,   128,  160,  192,   224,   256,   320,   384,   448,   512,
+    640,  768,  896,  1024, 1280, 1536,  1792,  2048,  2560,  3072,  3584,  4096,
+    5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
+};
+
+void ascm_slab_init_classes(ascm_pool *p) {
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) {
+        ascm_slab_class *k = &p->classes[c];
+        uint64_t size = ascm_slab_sizes[c];
+        uint64_t want = size * SLAB_MIN_SLOTS > SLAB_MIN_BYTES ? size * SLAB_MIN_SLOTS : SLAB_MIN_BYTES;
+        k->size = (uint32_t)size;
+        k->slab_bytes = (want + p->gran - 1) & ~(p->gran - 1);
+        uint64_t count = k->slab_bytes / size;
+        k->count = (uint32_t)(count > ASCM_SLAB_MAX_SLOTS ? ASCM_SLAB_MAX_SLOTS : count);
+        k->div_magic = ((1ull << 48) + size - 1) / size;
+        k->partial = 0;
+        k->empty = 0;
+    }
+}
+
+static void list_push(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
+    ascm_slab *s = p->slabs[si];
+    s->prev = 0;
+    s->next = k->partial;
+    if (k->partial) p->slabs[k->partial]->prev = si;
+    k->partial = si;
+}
+
+static void list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
+    ascm_slab *s = p->slabs[si];
+    if (s->prev) p->slabs[s->prev]->next = s->next;
+    else k->partial = s->next;
+    if (s->next) p->slabs[s->next]->prev = s->prev;
+}
+
+static void set_owner(ascm_pool *p, uint64_t off, uint64_t bytes, uint32_t value) {
+    uint64_t u = off >> p->gshift, end = (off + bytes) >> p->gshift;
+    for (; u < end; u++) p->owner[u] = value;
+}
+
+static int slab_index_new(ascm_pool *p, uint32_t *out) {
+    if (p->slab_recycled) {
+        *out = p->slab_recycled;
+        p->slab_recycled = (uint32_t)(uintptr_t)p->slabs[*out] >> 1; /* see slab_release */
+        return ASCM_OK;
+    }
+    if (p->nslabs_used == p->nslabs_cap) {
+        uint32_t cap = p->nslabs_cap ? p->nslabs_cap * 2 : 64;
+        if (cap >= ASCM_SLAB_TAG) return ASCM_ERR_HOSTMEM;
+        ascm_slab **grown = realloc(p->slabs, cap * sizeof *grown);
+        if (!grown) return ASCM_ERR_HOSTMEM;
+        p->slabs = grown;
+        p->nslabs_cap = cap;
+        if (p->nslabs_used == 0) p->slabs[p->nslabs_used++] = NULL; /* index 0 = none */
+    }
+    *out = p->nslabs_used++;
+    return ASCM_OK;
+}
+
+static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
+    ascm_slab_class *k = &p->classes[cls];
+    uint32_t nwords = (k->count + 63) / 64;
+    ascm_slab *s = malloc(sizeof *s + nwords * sizeof(uint64_t) + k->count * sizeof(uint16_t));
+    if (!s) return ASCM_ERR_HOSTMEM;
+    int st = ascm_pool_take_block(p, k->slab_bytes, p->gran, 0, &s->node);
+    uint32_t si = 0;
+    if (st == ASCM_OK && (st = slab_index_new(p, &si)) != ASCM_OK) ascm_pool_give_block(p, s->node);
+    if (st != ASCM_OK) {
+        free(s);
+        return st;
+    }
+    s->off = p->fit.nodes[s->node].off << p->gshift;
+    s->cls = (uint32_t)cls;
+    s->count = s->nfree = k->count;
+    s->hint = 0;
+    s->nwords = nwords;
+    s->slack = (uint16_t *)(s->bits + nwords);
+    memset(s->bits, 0, nwords * sizeof(uint64_t));
+    if (k->count & 63) s->bits[nwords - 1] = ~0ull << (k->count & 63);
+    p->slabs[si] = s;
+    set_owner(p, s->off, k->slab_bytes, ASCM_SLAB_TAG | si);
+    p->slab_bytes += k->slab_bytes;
+    list_push(p, k, si);
+    k->empty++;
+    *out = si;
+    return ASCM_OK;
+}
+
+static void slab_release(ascm_pool *p, uint32_t si) {
+    ascm_slab *s = p->slabs[si];
+    ascm_slab_class *k = &p->classes[s->cls];
+    list_unlink(p, k, si);
+    set_owner(p, s->off, k->slab_bytes, 0);
+    p->fit.nodes[s->node].requested = 0;
+    ascm_pool_give_block(p, s->node);
+    p->slab_bytes -= k->slab_bytes;
+    free(s);
+    /* recycled indices are chained through the pointer slots, tagged odd so
+     * that a stale owner[] entry can never be mistaken for a live slab */
+    p->slabs[si] = (ascm_slab *)(uintptr_t)(((uintptr_t)p->slab_recycled << 1) | 1u);
+    p->slab_recycled = si;
+}
+
+static inline ascm_slab *slab_get(const ascm_pool *p, uint32_t owner) {
+    uint32_t si = owner & ~ASCM_SLAB_TAG;
+    if (si == 0 || si >= p->nslabs_used) return NULL;
+    ascm_slab *s = p->slabs[si];
+    return ((uintptr_t)s & 1u) ? NULL : s;
+}
+
+int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off) {
+    ascm_slab_class *k = &p->classes[cls];
+    uint32_t si = k->partial;
+    if (ASCM_UNLIKELY(!si)) {
+        int st = slab_new(p, cls, &si);
+        if (st != ASCM_OK) return st;
+    }
+    ascm_slab *s = p->slabs[si];
+    if (s->nfree == s->count) k->empty--;
+    uint32_t w = s->hint;
+    while (s->bits[w] == ~0ull) w++;
+    unsigned bit = ascm_ctz64(~s->bits[w]);
+    s->bits[w] |= 1ull << bit;
+    s->hint = w;
+    uint32_t slot = w * 64 + bit;
+    s->slack[slot] = (uint16_t)(k->size - requested);
+    if (--s->nfree == 0) list_unlink(p, k, si);
+    *off = s->off + (uint64_t)slot * k->size;
+    return ASCM_OK;
+}
+
+/* Slot of off in s, or -1 if off is not the start of a live slot. */
+static inline int64_t live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
+    const ascm_slab_class *k = &p->classes[s->cls];
+    uint64_t rel = off - s->off;
+    uint64_t slot = (rel * k->div_magic) >> 48;
+    if (slot >= s->count || slot * k->size != rel) return -1;
+    if (!((s->bits[slot >> 6] >> (slot & 63)) & 1u)) return -1;
+    return (int64_t)slot;
+}
+
+int ascm_slab_lookup(const ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable,
+                     uint64_t *requested) {
+    const ascm_slab *s = slab_get(p, owner);
+    if (!s || off < s->off) return ASCM_ERR_BADFREE;
+    int64_t slot = live_slot(p, s, off);
+    if (slot < 0) return ASCM_ERR_BADFREE;
+    *usable = p->classes[s->cls].size;
+    *requested = *usable - s->slack[slot];
+    return ASCM_OK;
+}
+
+int ascm_slab_free(ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable, uint64_t *requested) {
+    ascm_slab *s = slab_get(p, owner);
+    if (ASCM_UNLIKELY(!s || off < s->off)) return ASCM_ERR_BADFREE;
+    int64_t slot = live_slot(p, s, off);
+    if (ASCM_UNLIKELY(slot < 0)) return ASCM_ERR_BADFREE;
+    ascm_slab_class *k = &p->classes[s->cls];
+    uint32_t w = (uint32_t)slot >> 6;
+    s->bits[w] &= ~(1ull << (slot & 63));
+    if (w < s->hint) s->hint = w;
+    *usable = k->size;
+    *requested = k->size - s->slack[slot];
+    uint32_t si = owner & ~ASCM_SLAB_TAG;
+    if (s->nfree++ == 0) list_push(p, k, si);
+    if (s->nfree == s->count) {
+        if (k->empty) slab_release(p, si);
+        else k->empty++;
+    }
+    return ASCM_OK;
+}
+
+uint64_t ascm_slab_trim(ascm_pool *p) {
+    uint64_t released = 0;
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) {
+        ascm_slab_class *k = &p->classes[c];
+        for (uint32_t si = k->partial; k->empty && si;) {
+            uint32_t next = p->slabs[si]->next;
+            if (p->slabs[si]->nfree == p->slabs[si]->count) {
+                slab_release(p, si);
+                k->empty--;
+                released += k->slab_bytes;
+            }
+            si = next;
+        }
+    }
+    return released;
+}
+
+void ascm_slab_release_all(ascm_pool *p) {
+    for (uint32_t si = 1; si < p->nslabs_used; si++)
+        if (!((uintptr_t)p->slabs[si] & 1u)) free(p->slabs[si]);
+    free(p->slabs);
+    p->slabs = NULL;
+    p->nslabs_cap = p->nslabs_used = p->slab_recycled = 0;
+    p->slab_bytes = 0;
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) p->classes[c].partial = p->classes[c].empty = 0;
+}
+
+uint64_t ascm_slab_metadata_bytes(const ascm_pool *p) {
+    uint64_t bytes = p->nslabs_cap * sizeof(ascm_slab *);
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        const ascm_slab *s = p->slabs[si];
+        if (!((uintptr_t)s & 1u))
+            bytes += sizeof *s + s->nwords * sizeof(uint64_t) + s->count * sizeof(uint16_t);
+    }
+    return bytes;
+}
+
+void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        const ascm_slab *s = p->slabs[si];
+        if ((uintptr_t)s & 1u) continue;
+        uint32_t size = p->classes[s->cls].size;
+        for (uint32_t slot = 0; slot < s->count; slot++)
+            if ((s->bits[slot >> 6] >> (slot & 63)) & 1u)
+                fn(ctx, p->base + s->off + (uint64_t)slot * size, size, size - s->slack[slot]);
+    }
+}
+
+#define FAIL(...)                          \
+    do {                                   \
+        st = ascm_fail(__VA_ARGS__);       \
+        goto out;                          \
+    } while (0)
+
+int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t *requested,
+                    char *msg, size_t msglen) {
+    uint32_t empty[ASCM_SLAB_CLASSES] = {0};
+    uint64_t bytes = 0;
+    int st = ASCM_OK;
+    uint8_t *listed = calloc(p->nslabs_used + 1, 1);
+    if (!listed) return ASCM_ERR_HOSTMEM;
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) {
+        uint32_t prev = 0;
+        for (uint32_t i = p->classes[c].partial; i; prev = i, i = p->slabs[i]->next) {
+            if (i >= p->nslabs_used || ((uintptr_t)p->slabs[i] & 1u) || listed[i] ||
+                p->slabs[i]->cls != (uint32_t)c || p->slabs[i]->prev != prev) {
+                free(listed);
+                return ascm_fail(msg, msglen, "class %d list is broken at slab %u", c, i);
+            }
+            listed[i] = 1;
+        }
+    }
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        const ascm_slab *s = p->slabs[si];
+        if ((uintptr_t)s & 1u) continue;
+        if (s->cls >= ASCM_SLAB_CLASSES || s->count != p->classes[s->cls].count)
+            FAIL(msg, msglen, "slab %u has a bad class", si);
+        const ascm_slab_class *k = &p->classes[s->cls];
+        if (p->owner[s->off >> p->gshift] != (ASCM_SLAB_TAG | si) ||
+            (p->fit.nodes[s->node].off << p->gshift) != s->off || p->fit.nodes[s->node].is_free)
+            FAIL(msg, msglen, "slab %u is not owned by its block", si);
+        uint32_t inuse = 0;
+        for (uint32_t slot = 0; slot < s->nwords * 64; slot++) {
+            int bit = (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
+            if (slot >= s->count) {
+                if (!bit) FAIL(msg, msglen, "slab %u has a free bit past its end", si);
+                continue;
+            }
+            if (!bit) continue;
+            inuse++;
+            if (s->slack[slot] >= k->size)
+                FAIL(msg, msglen, "slab %u slot %u has a bad size", si, slot);
+            *used += k->size;
+            *requested += k->size - s->slack[slot];
+        }
+        for (uint32_t w = 0; w < s->hint; w++)
+            if (s->bits[w] != ~0ull) FAIL(msg, msglen, "slab %u hint skips a free slot", si);
+        if (inuse + s->nfree != s->count)
+            FAIL(msg, msglen, "slab %u free count is wrong", si);
+        *live += inuse;
+        if (s->nfree == s->count) empty[s->cls]++;
+        bytes += k->slab_bytes;
+        if (listed[si] != (s->nfree > 0))
+            FAIL(msg, msglen, "slab %u is %s its class's list", si,
+                 listed[si] ? "wrongly on" : "missing from");
+    }
+out:
+    free(listed);
+    if (st != ASCM_OK) return st;
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++)
+        if (empty[c] != p->classes[c].empty || empty[c] > 1)
+            return ascm_fail(msg, msglen, "class %d keeps %u empty slabs (counted %u)", c, empty[c],
+                             p->classes[c].empty);
+    if (bytes != p->slab_bytes) return ascm_fail(msg, msglen, "slab byte count is wrong");
+    return ASCM_OK;
+}

@@ -1,0 +1,211 @@
+/* C unit tests of the core, run by `make -C csrc test` under ASan and UBSan. */
+#include "../ascmem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+static char msg[256];
+#define POOL_OK(p) CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_OK || (fprintf(stderr, "  %s\n", msg), 0))
+#define BUDDY_OK(b) CHECK(ascm_buddy_check(b, msg, sizeof msg) == ASCM_OK || (fprintf(stderr, "  %s\n", msg), 0))
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_rand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void test_buddy_basic(void) {
+    ascm_buddy *b;
+    CHECK(ascm_buddy_create(0x10000000, 10 << 20, 4096, &b) == ASCM_OK); /* not a power of two */
+    ascm_stats st;
+    ascm_buddy_stats(b, &st);
+    CHECK(st.largest_free == 8u << 20);
+    uint64_t a, c;
+    CHECK(ascm_buddy_alloc(b, 5u << 20, 64, &a) == ASCM_OK);
+    ascm_buddy_stats(b, &st);
+    CHECK(st.used == 5u << 20); /* exact size: 5 MiB costs 5 MiB, not 8 */
+    /* the tail went back as 1 MiB at 5 MiB and 2 MiB at 6 MiB: lowest 2 MiB block first */
+    CHECK(ascm_buddy_alloc(b, 2u << 20, 64, &c) == ASCM_OK && c == a + (6u << 20));
+    BUDDY_OK(b);
+    uint64_t sz;
+    CHECK(ascm_buddy_usable_size(b, a, &sz) == ASCM_OK && sz == 5u << 20);
+    CHECK(ascm_buddy_free(b, a + 4096) == ASCM_ERR_BADFREE);
+    CHECK(ascm_buddy_free(b, a) == ASCM_OK);
+    CHECK(ascm_buddy_free(b, a) == ASCM_ERR_BADFREE);
+    CHECK(ascm_buddy_free(b, c) == ASCM_OK);
+    ascm_buddy_stats(b, &st);
+    CHECK(st.used == 0 && st.largest_free == 8u << 20 && st.live_count == 0);
+    BUDDY_OK(b);
+    CHECK(ascm_buddy_alloc(b, 0, 64, &a) == ASCM_ERR_INVAL);
+    CHECK(ascm_buddy_alloc(b, 64, 3, &a) == ASCM_ERR_INVAL);
+    CHECK(ascm_buddy_alloc(b, 11u << 20, 64, &a) == ASCM_ERR_NOMEM);
+    CHECK(ascm_buddy_alloc(b, 4096, 1u << 20, &a) == ASCM_OK && a % (1u << 20) == 0);
+    CHECK(ascm_buddy_free(b, a) == ASCM_OK);
+    BUDDY_OK(b);
+    ascm_buddy_destroy(b);
+    CHECK(ascm_buddy_create(0, 4096 * 3, 1000, &b) == ASCM_ERR_INVAL);
+    CHECK(ascm_buddy_create(100, 4096 * 3, 4096, &b) == ASCM_ERR_INVAL);
+}
+
+static void test_buddy_random(void) {
+    ascm_buddy *b;
+    CHECK(ascm_buddy_create(1u << 30, 3u << 20, 4096, &b) == ASCM_OK);
+    uint64_t live[256] = {0};
+    for (int step = 0; step < 20000; step++) {
+        int i = (int)(next_rand() % 256);
+        if (live[i]) {
+            CHECK(ascm_buddy_free(b, live[i]) == ASCM_OK);
+            live[i] = 0;
+        } else {
+            uint64_t size = 1 + next_rand() % (64u << 10);
+            int st = ascm_buddy_alloc(b, size, 64, &live[i]);
+            CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM);
+            if (st != ASCM_OK) live[i] = 0;
+        }
+        if (step % 2000 == 0) BUDDY_OK(b);
+    }
+    for (int i = 0; i < 256; i++)
+        if (live[i]) CHECK(ascm_buddy_free(b, live[i]) == ASCM_OK);
+    ascm_stats st;
+    ascm_buddy_stats(b, &st);
+    CHECK(st.used == 0 && st.free == 3u << 20);
+    BUDDY_OK(b);
+    ascm_buddy_destroy(b);
+}
+
+static int64_t charged;
+static int64_t charge_limit = -1;
+static int charge(void *ctx, int64_t delta) {
+    (void)ctx;
+    if (delta > 0 && charge_limit >= 0 && charged + delta > charge_limit) return 1;
+    charged += delta;
+    return 0;
+}
+
+static void test_pool_basic(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 64u << 20, .min_block = 4096,
+                            .page_size = 2u << 20, .charge = charge};
+    charged = 0;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t a, c, d, sz;
+    CHECK(ascm_pool_alloc(p, 100, 64, &a) == ASCM_OK && a % 64 == 0);
+    CHECK(ascm_pool_usable_size(p, a, &sz) == ASCM_OK && sz == 128);
+    CHECK(ascm_pool_requested_size(p, a, &sz) == ASCM_OK && sz == 100);
+    CHECK(ascm_pool_alloc(p, 5u << 20, 64, &c) == ASCM_OK);
+    CHECK(ascm_pool_usable_size(p, c, &sz) == ASCM_OK && sz == 5u << 20);
+    CHECK(ascm_pool_alloc(p, 1000, 128, &d) == ASCM_OK && d % 128 == 0);
+    POOL_OK(p);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 3 && st.requested == 100 + (5u << 20) + 1000);
+    CHECK((int64_t)(st.pages_in_use * st.page_size) == charged);
+    CHECK(ascm_pool_free(p, a + 64) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, c + 4096) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, 5) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);
+    CHECK(ascm_pool_free(p, d) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_stats(p, &st);
+    CHECK(st.used == 0 && st.live_count == 0);
+    CHECK(st.slab_bytes > 0 && charged > 0); /* one spare slab per class used */
+    CHECK(ascm_pool_trim(p) == st.slab_bytes);
+    ascm_pool_stats(p, &st);
+    CHECK(st.pages_in_use == 0 && charged == 0 && st.free == st.capacity);
+    CHECK(ascm_pool_alloc(p, 0, 64, &a) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_alloc(p, 64, 48, &a) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_alloc(p, 65u << 20, 64, &a) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc(p, 64u << 20, 64, &a) == ASCM_OK); /* the whole range, one block */
+    CHECK(ascm_pool_alloc(p, 64, 64, &c) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    POOL_OK(p);
+    /* budget refusal leaves nothing behind */
+    charge_limit = 4u << 20;
+    CHECK(ascm_pool_alloc(p, 3u << 20, 64, &a) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 3u << 20, 64, &c) == ASCM_ERR_BUDGET);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    charge_limit = -1;
+    ascm_pool_reset(p);
+    POOL_OK(p);
+    CHECK(charged == 0);
+    ascm_pool_destroy(p);
+}
+
+static void test_pool_random(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 48u << 20, .min_block = 4096, .page_size = 2u << 20,
+                            .charge = charge};
+    charged = 0;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    enum { N = 2048 };
+    static uint64_t live[N];
+    memset(live, 0, sizeof live);
+    for (int step = 0; step < 200000; step++) {
+        int i = (int)(next_rand() % N);
+        if (live[i]) {
+            CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+            live[i] = 0;
+        } else {
+            unsigned shift = 5 + (unsigned)(next_rand() % 17); /* 32 B .. 2 MiB, log-uniform */
+            uint64_t size = 1 + next_rand() % (1ull << shift);
+            uint64_t align = 1ull << (next_rand() % 9);
+            int st = ascm_pool_alloc(p, size, align, &live[i]);
+            CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM);
+            if (st == ASCM_OK) CHECK(live[i] % align == 0);
+            else live[i] = 0;
+        }
+        if (step % 20000 == 0) POOL_OK(p);
+    }
+    POOL_OK(p);
+    size_t done;
+    CHECK(ascm_pool_free_many(p, live, N, &done) == ASCM_ERR_BADFREE); /* zeros are not blocks */
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.used == 0 && st.live_count == 0 && charged == (int64_t)(st.pages_in_use * st.page_size));
+    CHECK(st.free + st.slab_bytes == st.capacity);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
+static void test_pool_batch(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t sizes[1000], addrs[1000];
+    for (int i = 0; i < 1000; i++) sizes[i] = 1 + next_rand() % 20000;
+    size_t done;
+    CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_OK && done == 1000);
+    POOL_OK(p);
+    CHECK(ascm_pool_free_many(p, addrs, 1000, &done) == ASCM_OK && done == 1000);
+    POOL_OK(p);
+    sizes[10] = 0;
+    CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_INVAL && done == 10);
+    CHECK(ascm_pool_free_many(p, addrs, done, &done) == ASCM_OK && done == 10);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
+int main(void) {
+    test_buddy_basic();
+    test_buddy_random();
+    test_pool_basic();
+    test_pool_random();
+    test_pool_batch();
+    printf("%d passed, %d failed\n", failures ? 0 : 5, failures ? 1 : 0);
+    return failures ? 1 : 0;
+}
