@@ -1,0 +1,42 @@
+"""Builds the one extension, ascmem._core, from the Cython bindings and the C
+core, and installs the public C header beside the package (get_include())."""
+
+import glob
+import os
+import shutil
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("csrc")
+
+compile_args = ["-O3", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+link_args = []
+if os.environ.get("ASCMEM_SANITIZE"):  # an ASan/UBSan build of the extension, for CI
+    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+    compile_args += san
+    link_args += san
+
+
+class build_py_with_header(build_py):
+    def run(self):
+        super().run()
+        dest = os.path.join(self.build_lib, "ascmem", "include")
+        os.makedirs(dest, exist_ok=True)
+        shutil.copy(os.path.join(HERE, CSRC, "ascmem.h"), dest)
+
+
+ext = Extension(
+    "ascmem._core",
+    sources=["src/ascmem/_core.pyx"] + sorted(glob.glob(os.path.join(CSRC, "*.c"))),
+    include_dirs=[CSRC],
+    extra_compile_args=compile_args,
+    extra_link_args=link_args,
+)
+
+setup(
+    ext_modules=cythonize([ext], compiler_directives={"language_level": 3}),
+    cmdclass={"build_py": build_py_with_header},
+)

@@ -1,0 +1,358 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Bindings of the C core: Pool, BuddyAllocator, and the error mapping."""
+
+cimport cython
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_CheckExact
+from cpython.exc cimport PyErr_Occurred, PyErr_Clear
+from libc.stdint cimport uint64_t, int64_t
+
+import warnings
+
+import numpy as np
+
+from ascmem.errors import (ArgumentTypeError, CorruptionError, InvalidArgumentError,
+                           InvalidFreeError, OutOfMemoryError)
+
+DEF MSG_LEN = 512
+
+
+# ---- argument conversion: bad input becomes InvalidArgumentError ----------
+
+cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
+    i = v.__index__()
+    if i < 0:
+        raise InvalidArgumentError(f"{what} must not be negative (got {i})")
+    if i >= 1 << 64:
+        raise InvalidArgumentError(f"{what} is absurdly large (got {i})")
+    return <uint64_t>i
+
+
+cdef inline uint64_t as_u64(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
+    cdef uint64_t r
+    if PyLong_CheckExact(v):
+        r = PyLong_AsUnsignedLongLong(v)
+        if r == <uint64_t>-1 and PyErr_Occurred():
+            PyErr_Clear()
+            return _as_u64_slow(v, what)
+        return r
+    return _as_u64_slow(v, what)
+
+
+cdef object _raise(int st, str what):
+    if st == ASCM_ERR_INVAL:
+        raise InvalidArgumentError(what)
+    if st == ASCM_ERR_BADFREE:
+        raise InvalidFreeError(what)
+    if st == ASCM_ERR_CORRUPT:
+        raise CorruptionError(what)
+    if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET, ASCM_ERR_HOSTMEM):
+        raise OutOfMemoryError(what)
+    raise CorruptionError(f"unknown status {st}: {what}")
+
+
+cdef dict _stats_dict(ascm_stats *s):
+    return {
+        "capacity": s.capacity, "used": s.used, "requested": s.requested,
+        "peak_used": s.peak_used, "peak_requested": s.peak_requested, "free": s.free,
+        "largest_free": s.largest_free, "live_count": s.live_count,
+        "alloc_count": s.alloc_count, "free_count": s.free_count,
+        "failed_count": s.failed_count, "pages_in_use": s.pages_in_use,
+        "page_size": s.page_size, "slab_bytes": s.slab_bytes,
+        "metadata_bytes": s.metadata_bytes,
+    }
+
+
+cdef str _fmt_bytes(uint64_t n):
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{n} B"
+
+
+cdef str _alloc_failure(int st, uint64_t size, uint64_t align, uint64_t capacity,
+                        ascm_stats *s):
+    if st == ASCM_ERR_INVAL:
+        if size == 0:
+            return "size must be at least 1 byte"
+        return f"alignment {align} is not a power of two the range's base can honour"
+    if size > capacity:
+        return (f"cannot allocate {_fmt_bytes(size)}: larger than the whole pool "
+                f"({_fmt_bytes(capacity)})")
+    why = "page budget exhausted" if st == ASCM_ERR_BUDGET else (
+        "host memory for metadata ran out" if st == ASCM_ERR_HOSTMEM else "no free block fits")
+    return (f"cannot allocate {_fmt_bytes(size)} ({why}): {_fmt_bytes(s.free)} free in total, "
+            f"largest free block {_fmt_bytes(s.largest_free)}, capacity {_fmt_bytes(capacity)}")
+
+
+cdef object _u64_array(object values, str what):
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.uint64)
+        raise ArgumentTypeError(f"{what} must be integers, not {arr.dtype}")
+    if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
+        raise InvalidArgumentError(f"{what} must not be negative")
+    return np.ascontiguousarray(arr.reshape(-1), dtype=np.uint64)
+
+
+# ---- Pool ------------------------------------------------------------------
+
+@cython.final
+cdef class Pool:
+    """A pool over the address range [base, base + size): slabs for requests
+    up to 32 KiB, best fit with coalescing above.  Thread-safe.
+
+    ``page_size`` (default ``min_block``) is the page whose use the pool
+    counts in ``stats()['pages_in_use']``.
+    """
+
+    def __cinit__(self, size, *, base=0, min_block=4096, page_size=None):
+        cdef ascm_pool_config cfg
+        cfg.size = as_u64(size, "size")
+        cfg.base = as_u64(base, "base")
+        cfg.min_block = as_u64(min_block, "min_block")
+        cfg.page_size = 0 if page_size is None else as_u64(page_size, "page_size")
+        cfg.charge = NULL
+        cfg.charge_ctx = NULL
+        self._p = NULL
+        cdef int st = ascm_pool_create(&cfg, &self._p)
+        if st == ASCM_ERR_INVAL:
+            raise InvalidArgumentError(
+                f"bad pool: size {cfg.size} must be a non-zero multiple of min_block "
+                f"{cfg.min_block}, min_block and page_size powers of two, base a multiple of "
+                f"min_block, and the range must not wrap")
+        if st != ASCM_OK:
+            raise OutOfMemoryError("host memory for the pool's metadata ran out")
+        self.base = cfg.base
+        self.capacity = cfg.size
+        self.min_block = cfg.min_block
+        self.page_size = cfg.page_size if cfg.page_size else cfg.min_block
+
+    def __dealloc__(self):
+        if self._p is not NULL:
+            ascm_pool_destroy(self._p)
+
+    def alloc(self, nbytes, uint64_t align=64):
+        """Allocates nbytes at a multiple of align; returns the address."""
+        cdef uint64_t addr, size = as_u64(nbytes, "size")
+        cdef int st = ascm_pool_alloc(self._p, size, align, &addr)
+        if st != ASCM_OK:
+            self._alloc_error(st, size, align)
+        return addr
+
+    cdef _alloc_error(self, int st, uint64_t size, uint64_t align):
+        cdef ascm_stats s
+        ascm_pool_stats(self._p, &s)
+        _raise(st, _alloc_failure(st, size, align, self.capacity, &s))
+
+    def free(self, addr):
+        """Frees the block that starts at addr."""
+        cdef int st = ascm_pool_free(self._p, as_u64(addr, "address"))
+        if st != ASCM_OK:
+            _raise(st, f"{addr:#x} is not the start of a live block of this pool")
+
+    def usable_size(self, addr):
+        """Bytes usable at addr (the request rounded to its size class)."""
+        cdef uint64_t n
+        cdef int st = ascm_pool_usable_size(self._p, as_u64(addr, "address"), &n)
+        if st != ASCM_OK:
+            _raise(st, f"{addr:#x} is not the start of a live block of this pool")
+        return n
+
+    def requested_size(self, addr):
+        """Bytes the caller asked for at addr."""
+        cdef uint64_t n
+        cdef int st = ascm_pool_requested_size(self._p, as_u64(addr, "address"), &n)
+        if st != ASCM_OK:
+            _raise(st, f"{addr:#x} is not the start of a live block of this pool")
+        return n
+
+    def alloc_many(self, sizes, uint64_t align=64):
+        """Allocates every size (all or nothing); returns a uint64 array."""
+        cdef uint64_t[::1] sz = _u64_array(sizes, "sizes")
+        out = np.empty(sz.shape[0], dtype=np.uint64)
+        cdef uint64_t[::1] addrs = out
+        cdef size_t done = 0, undone = 0, n = sz.shape[0]
+        cdef int st = ASCM_OK
+        if n:
+            with nogil:
+                st = ascm_pool_alloc_many(self._p, &sz[0], n, align, &addrs[0], &done)
+                if st != ASCM_OK and done:
+                    ascm_pool_free_many(self._p, &addrs[0], done, &undone)
+        if st != ASCM_OK:
+            self._alloc_error(st, sz[done], align)
+        return out
+
+    def free_many(self, addrs):
+        """Frees every address; raises InvalidFreeError after freeing the
+        valid ones if any address was not a live block."""
+        cdef uint64_t[::1] a = _u64_array(addrs, "addresses")
+        cdef size_t done = 0, n = a.shape[0]
+        cdef int st = ASCM_OK
+        if n:
+            with nogil:
+                st = ascm_pool_free_many(self._p, &a[0], n, &done)
+        if st != ASCM_OK:
+            _raise(st, f"{n - done} of {n} addresses were not live blocks of this pool "
+                       f"(the other {done} were freed)")
+
+    def stats(self):
+        cdef ascm_stats s
+        ascm_pool_stats(self._p, &s)
+        return _stats_dict(&s)
+
+    def check(self):
+        """Walks every invariant; raises CorruptionError naming a broken one."""
+        cdef char msg[MSG_LEN]
+        msg[0] = 0
+        cdef int st
+        with nogil:
+            st = ascm_pool_check(self._p, msg, MSG_LEN)
+        if st != ASCM_OK:
+            _raise(st, msg.decode("utf-8", "replace") or "check failed")
+
+    def reset(self):
+        """Frees every block at once; addresses from before are invalid."""
+        ascm_pool_reset(self._p)
+
+    def trim(self):
+        """Gives spare empty slabs back; returns the bytes released."""
+        return ascm_pool_trim(self._p)
+
+    def __contains__(self, addr):
+        try:
+            return bool(ascm_pool_contains(self._p, as_u64(addr, "address")))
+        except InvalidArgumentError:
+            return False
+
+    def __repr__(self):
+        s = self.stats()
+        return (f"<ascmem.Pool base={self.base:#x} capacity={_fmt_bytes(self.capacity)} "
+                f"used={_fmt_bytes(s['used'])} live={s['live_count']}>")
+
+
+# ---- BuddyAllocator ----------------------------------------------------------
+
+@cython.final
+cdef class BuddyAllocator:
+    """A binary buddy allocator over [base, base + size) with exact-size
+    allocations.  Not locked: share it between threads only under a lock."""
+
+    def __cinit__(self, size, *, base=0, min_block=4096):
+        cdef uint64_t s = as_u64(size, "size"), b = as_u64(base, "base")
+        cdef uint64_t m = as_u64(min_block, "min_block")
+        self._b = NULL
+        cdef int st = ascm_buddy_create(b, s, m, &self._b)
+        if st == ASCM_ERR_INVAL:
+            raise InvalidArgumentError(
+                f"bad buddy range: size {s} must be a non-zero multiple of min_block {m}, "
+                f"min_block a power of two, base a multiple of min_block")
+        if st != ASCM_OK:
+            raise OutOfMemoryError("host memory for the allocator's metadata ran out")
+        self.base = b
+        self.capacity = s
+        self.min_block = m
+
+    def __dealloc__(self):
+        if self._b is not NULL:
+            ascm_buddy_destroy(self._b)
+
+    def alloc(self, nbytes, uint64_t align=64):
+        cdef uint64_t addr, size = as_u64(nbytes, "size")
+        cdef int st = ascm_buddy_alloc(self._b, size, align, &addr)
+        cdef ascm_stats s
+        if st != ASCM_OK:
+            ascm_buddy_stats(self._b, &s)
+            _raise(st, _alloc_failure(st, size, align, self.capacity, &s))
+        return addr
+
+    def free(self, addr):
+        cdef int st = ascm_buddy_free(self._b, as_u64(addr, "address"))
+        if st != ASCM_OK:
+            _raise(st, f"{addr:#x} is not the start of a live block of this allocator")
+
+    def usable_size(self, addr):
+        cdef uint64_t n
+        cdef int st = ascm_buddy_usable_size(self._b, as_u64(addr, "address"), &n)
+        if st != ASCM_OK:
+            _raise(st, f"{addr:#x} is not the start of a live block of this allocator")
+        return n
+
+    def requested_size(self, addr):
+        cdef uint64_t n
+        cdef int st = ascm_buddy_requested_size(self._b, as_u64(addr, "address"), &n)
+        if st != ASCM_OK:
+            _raise(st, f"{addr:#x} is not the start of a live block of this allocator")
+        return n
+
+    def alloc_many(self, sizes, uint64_t align=64):
+        cdef uint64_t[::1] sz = _u64_array(sizes, "sizes")
+        out = np.empty(sz.shape[0], dtype=np.uint64)
+        cdef uint64_t[::1] addrs = out
+        cdef size_t i, j, n = sz.shape[0]
+        cdef int st = ASCM_OK
+        cdef ascm_stats s
+        for i in range(n):
+            st = ascm_buddy_alloc(self._b, sz[i], align, &addrs[i])
+            if st != ASCM_OK:
+                for j in range(i):
+                    ascm_buddy_free(self._b, addrs[j])
+                ascm_buddy_stats(self._b, &s)
+                _raise(st, _alloc_failure(st, sz[i], align, self.capacity, &s))
+        return out
+
+    def free_many(self, addrs):
+        cdef uint64_t[::1] a = _u64_array(addrs, "addresses")
+        cdef size_t i, bad = 0, n = a.shape[0]
+        for i in range(n):
+            if ascm_buddy_free(self._b, a[i]) != ASCM_OK:
+                bad += 1
+        if bad:
+            raise InvalidFreeError(f"{bad} of {n} addresses were not live blocks "
+                                   f"(the other {n - bad} were freed)")
+
+    def stats(self):
+        cdef ascm_stats s
+        ascm_buddy_stats(self._b, &s)
+        return _stats_dict(&s)
+
+    def check(self):
+        cdef char msg[MSG_LEN]
+        msg[0] = 0
+        cdef int st = ascm_buddy_check(self._b, msg, MSG_LEN)
+        if st != ASCM_OK:
+            _raise(st, msg.decode("utf-8", "replace") or "check failed")
+
+    def reset(self):
+        ascm_buddy_reset(self._b)
+
+    def __contains__(self, addr):
+        try:
+            a = as_u64(addr, "address")
+        except InvalidArgumentError:
+            return False
+        return self.base <= a < self.base + self.capacity
+
+    def __repr__(self):
+        s = self.stats()
+        return (f"<ascmem.BuddyAllocator base={self.base:#x} "
+                f"capacity={_fmt_bytes(self.capacity)} used={_fmt_bytes(s['used'])}>")
+
+
+# ---- the floor for benchmarks ----------------------------------------------------
+
+@cython.final
+cdef class NoopPool:
+    """Same call signatures as Pool, no work: a benchmark's floor (what a
+    Python -> Cython call pair costs with nothing behind it)."""
+
+    def alloc(self, nbytes, uint64_t align=64):
+        return as_u64(nbytes, "size")
+
+    def free(self, addr):
+        as_u64(addr, "address")

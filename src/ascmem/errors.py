@@ -1,0 +1,63 @@
+"""Exceptions.  Each carries ``.code``: the CANN ``aclError`` value a pyACL
+call would have returned for the same failure.
+
+Codes from the CANN API reference, "aclError" (Application Development API,
+e.g. canncommercial 8.0 ``aclcppdevg_03_1345`` and the pyACL page
+``aclpythondevg_01_0910``) and ``include/acl/error_codes/rt_error_codes.h``.
+"""
+
+ACL_SUCCESS = 0
+ACL_ERROR_INVALID_PARAM = 100000
+ACL_ERROR_RT_PARAM_INVALID = 107000
+ACL_ERROR_BAD_ALLOC = 200000
+ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
+ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
+ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
+ACL_ERROR_RT_MEMORY_FREE = 207002
+ACL_ERROR_INTERNAL_ERROR = 500000
+
+
+class AscmemError(Exception):
+    """Base of every ascmem error."""
+
+    code = ACL_ERROR_INTERNAL_ERROR
+
+
+class OutOfMemoryError(AscmemError, MemoryError):
+    """No room for the request: the range, the page budget or a limit."""
+
+    code = ACL_ERROR_RT_MEMORY_ALLOCATION
+
+
+class InvalidArgumentError(AscmemError, ValueError):
+    """A size, alignment, policy or other argument is not acceptable."""
+
+    code = ACL_ERROR_INVALID_PARAM
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (a float size, a string pointer...)."""
+
+
+class InvalidFreeError(AscmemError, ValueError):
+    """The address is not the start of a live block of this allocator:
+    a double free, a foreign or interior pointer, or a pointer from before a
+    reset."""
+
+    code = ACL_ERROR_RT_MEMORY_FREE
+
+
+class UnsupportedError(AscmemError):
+    """The product does not support this (a P2P or 1 GiB-page policy...)."""
+
+    code = ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+
+
+class CorruptionError(AscmemError):
+    """An internal invariant does not hold (raised by ``check()``)."""
+
+    code = ACL_ERROR_INTERNAL_ERROR
+
+
+class PrecautionWarning(UserWarning):
+    """A CANN memory precaution applies to what just happened."""
