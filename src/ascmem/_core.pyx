@@ -2,7 +2,7 @@
 """Bindings of the C core: Pool, BuddyAllocator, and the error mapping."""
 
 cimport cython
-from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_CheckExact
+from cpython.long cimport PyLong_CheckExact
 from cpython.exc cimport PyErr_Occurred, PyErr_Clear
 from libc.stdint cimport uint64_t, int64_t
 
@@ -14,6 +14,10 @@ from ascmem.errors import (ArgumentTypeError, CorruptionError, InvalidArgumentEr
                            InvalidFreeError, OutOfMemoryError)
 
 DEF MSG_LEN = 512
+
+cdef extern from "Python.h":
+    # declared without Cython's exception check: the error case is handled below
+    unsigned long long PyLong_AsUnsignedLongLong(object o) noexcept
 
 
 # ---- argument conversion: bad input becomes InvalidArgumentError ----------
@@ -87,6 +91,13 @@ cdef str _alloc_failure(int st, uint64_t size, uint64_t align, uint64_t capacity
         "host memory for metadata ran out" if st == ASCM_ERR_HOSTMEM else "no free block fits")
     return (f"cannot allocate {_fmt_bytes(size)} ({why}): {_fmt_bytes(s.free)} free in total, "
             f"largest free block {_fmt_bytes(s.largest_free)}, capacity {_fmt_bytes(capacity)}")
+
+
+cdef object _sizes_array(object values):
+    arr = _u64_array(values, "sizes")
+    if arr.size and arr.min() == 0:
+        raise InvalidArgumentError(f"sizes must be at least 1 byte (index {int(np.argmin(arr))} is 0)")
+    return arr
 
 
 cdef object _u64_array(object values, str what):
@@ -174,7 +185,7 @@ cdef class Pool:
 
     def alloc_many(self, sizes, uint64_t align=64):
         """Allocates every size (all or nothing); returns a uint64 array."""
-        cdef uint64_t[::1] sz = _u64_array(sizes, "sizes")
+        cdef uint64_t[::1] sz = _sizes_array(sizes)
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
         cdef size_t done = 0, undone = 0, n = sz.shape[0]
@@ -291,7 +302,7 @@ cdef class BuddyAllocator:
         return n
 
     def alloc_many(self, sizes, uint64_t align=64):
-        cdef uint64_t[::1] sz = _u64_array(sizes, "sizes")
+        cdef uint64_t[::1] sz = _sizes_array(sizes)
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
         cdef size_t i, j, n = sz.shape[0]
