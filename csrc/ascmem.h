@@ -115,6 +115,60 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
                          uint64_t *addrs, size_t *done);
 int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done);
 
+/* ---- device: one pool per memory kind under one physical budget --------- */
+
+/* Kinds, as ascmem.MemKind. */
+enum { ASCM_KIND_HUGE = 0, ASCM_KIND_NORMAL = 1, ASCM_KIND_DVPP = 2, ASCM_KIND_HOST = 3,
+       ASCM_KIND_HUGE1G = 4, ASCM_KINDS = 5 };
+
+/* How a request is sized and aligned (CANN API reference: aclrtMalloc,
+ * aclrtMallocAlign32, acldvppMalloc, aclrtMallocHost). */
+enum { ASCM_SIZE_MALLOC = 0,   /* ALIGN_UP(size, 32) + 32, start 64-byte aligned */
+       ASCM_SIZE_ALIGN32 = 1,  /* ALIGN_UP(size, 32), start 64-byte aligned */
+       ASCM_SIZE_DVPP = 2,     /* ALIGN_UP(size, 32) + 32, start 128-byte aligned */
+       ASCM_SIZE_HOST = 3 };   /* size as asked, start 64-byte aligned */
+
+/* Things the caller may want to warn about, reported by ascm_device_malloc. */
+enum { ASCM_EVENT_HUGE_FALLBACK = 1,   /* HUGE_FIRST got normal pages: huge ran out */
+       ASCM_EVENT_RESERVE_FULL = 2,    /* huge reserve exhausted and it cannot grow (RC) */
+       ASCM_EVENT_MEDIA_90 = 4 };      /* the media window passed 90% */
+
+#define ASCM_ERR_UNSUPPORTED 7         /* policy not supported by the product */
+
+typedef struct ascm_budget {
+    uint64_t reserve;     /* bytes for huge pages only (atlas-inference's reserve) */
+    uint64_t shared;      /* bytes for normal pages, and for huge growth when allowed */
+    int huge_grows;       /* EP: huge memory grows past the reserve out of shared */
+    uint64_t fixed;       /* taken out of shared by the runtime (AI CPU operator cache) */
+    uint64_t limit;       /* cap on huge + normal + fixed; 0 = none */
+    uint64_t huge_used, normal_used, peak_huge, peak_normal;
+} ascm_budget;
+
+typedef struct ascm_device_config {
+    uint64_t base[ASCM_KINDS], size[ASCM_KINDS]; /* size 0: the kind does not exist */
+    uint64_t min_block;
+    ascm_budget budget;
+    int p2p;              /* P2P policies supported */
+} ascm_device_config;
+
+typedef struct ascm_device ascm_device;
+
+int ascm_device_create(const ascm_device_config *cfg, ascm_device **out);
+void ascm_device_destroy(ascm_device *d);
+/* mode: ASCM_SIZE_*; policy: aclrtMemMallocPolicy (ignored for DVPP/HOST). */
+int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                       int *kind, int *events);
+/* kind_mask: kinds the address may belong to (bit per kind). */
+int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
+int ascm_device_kind_of(const ascm_device *d, uint64_t addr);  /* -1: none */
+ascm_pool *ascm_device_pool(ascm_device *d, int kind);          /* NULL if absent */
+/* Recreates every pool empty at new bases; the budget keeps its settings. */
+int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]);
+void ascm_device_budget(ascm_device *d, ascm_budget *out);
+/* Takes (delta > 0) or gives back fixed runtime memory from shared. */
+int ascm_device_charge_fixed(ascm_device *d, int64_t delta);
+int ascm_device_set_limit(ascm_device *d, uint64_t limit);
+
 const char *ascm_status_str(int status);
 
 #ifdef __cplusplus

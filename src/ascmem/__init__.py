@@ -10,7 +10,8 @@ from ascmem.errors import (AscmemError, ArgumentTypeError, CorruptionError, Inva
                            InvalidFreeError, OutOfMemoryError, PrecautionWarning,
                            UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, Policy
-from ascmem._core import BuddyAllocator, Pool
+from ascmem._core import BuddyAllocator, Device, Pool
+from ascmem import profiles
 
 __version__ = "0.1.0"
 
@@ -21,7 +22,7 @@ def get_include():
 
 
 __all__ = [
-    "AscmemError", "ArgumentTypeError", "BuddyAllocator", "CorruptionError",
+    "AscmemError", "ArgumentTypeError", "BuddyAllocator", "CorruptionError", "Device",
     "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "OutOfMemoryError",
-    "Policy", "Pool", "PrecautionWarning", "UnsupportedError", "get_include",
+    "Policy", "Pool", "PrecautionWarning", "UnsupportedError", "get_include", "profiles",
 ]

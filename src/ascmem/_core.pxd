@@ -1,6 +1,6 @@
 # Declarations of the C core and of the extension types, for other Cython
 # extensions:  from ascmem._core cimport Pool
-from libc.stdint cimport uint64_t, int64_t
+from libc.stdint cimport uint64_t, int64_t, uint32_t
 
 cdef extern from "ascmem.h" nogil:
     enum:
@@ -54,6 +54,45 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done)
     const char *ascm_status_str(int status)
 
+    enum:
+        ASCM_KIND_HUGE
+        ASCM_KIND_NORMAL
+        ASCM_KIND_DVPP
+        ASCM_KIND_HOST
+        ASCM_KIND_HUGE1G
+        ASCM_KINDS
+        ASCM_SIZE_MALLOC
+        ASCM_SIZE_ALIGN32
+        ASCM_SIZE_DVPP
+        ASCM_SIZE_HOST
+        ASCM_EVENT_HUGE_FALLBACK
+        ASCM_EVENT_RESERVE_FULL
+        ASCM_EVENT_MEDIA_90
+        ASCM_ERR_UNSUPPORTED
+    ctypedef struct ascm_budget:
+        uint64_t reserve, shared
+        int huge_grows
+        uint64_t fixed, limit, huge_used, normal_used, peak_huge, peak_normal
+    ctypedef struct ascm_device_config:
+        uint64_t base[5]
+        uint64_t size[5]
+        uint64_t min_block
+        ascm_budget budget
+        int p2p
+    ctypedef struct ascm_device:
+        pass
+    int ascm_device_create(const ascm_device_config *cfg, ascm_device **out)
+    void ascm_device_destroy(ascm_device *d)
+    int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                           uint64_t *addr, int *kind, int *events)
+    int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
+    int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
+    ascm_pool *ascm_device_pool(ascm_device *d, int kind)
+    int ascm_device_reset(ascm_device *d, const uint64_t *base)
+    void ascm_device_budget(ascm_device *d, ascm_budget *out)
+    int ascm_device_charge_fixed(ascm_device *d, int64_t delta)
+    int ascm_device_set_limit(ascm_device *d, uint64_t limit)
+
 
 cdef class Pool:
     cdef ascm_pool *_p
@@ -64,6 +103,29 @@ cdef class Pool:
     cdef inline int free_raw(self, uint64_t addr) noexcept nogil:
         return ascm_pool_free(self._p, addr)
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align)
+
+
+cdef class Device:
+    cdef ascm_device *_d
+    cdef readonly object profile, mode, backend
+    cdef readonly int device_id
+    cdef int _epoch
+    cdef uint64_t _sizes[5]
+    cdef set _warned
+    cdef readonly dict _counters
+    cdef bint _job_started
+    cdef uint64_t _reused_bytes, _reuse_count, _fixed_taken, _aicpu
+    cdef object __weakref__
+    cdef inline int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil:
+        cdef int kind, events
+        return ascm_device_malloc(self._d, size, policy, ASCM_SIZE_MALLOC, addr, &kind, &events)
+    cdef inline int free_raw(self, uint64_t addr) noexcept nogil:
+        cdef int kind
+        return ascm_device_free(self._d, addr, (1 << ASCM_KIND_HUGE) | (1 << ASCM_KIND_NORMAL)
+                                | (1 << ASCM_KIND_HUGE1G), &kind)
+    cdef _failed(self, int st, uint64_t size, object policy, int kind, int events, str call)
+    cdef _events(self, int events)
+    cdef _bases(self, uint64_t *out)
 
 
 cdef class BuddyAllocator:

@@ -4,7 +4,7 @@
 cimport cython
 from cpython.long cimport PyLong_CheckExact
 from cpython.exc cimport PyErr_Occurred, PyErr_Clear
-from libc.stdint cimport uint64_t, int64_t
+from libc.stdint cimport uint64_t, int64_t, uint32_t
 
 import warnings
 
@@ -367,3 +367,4 @@ cdef class NoopPool:
 
     def free(self, addr):
         as_u64(addr, "address")
+include "_device.pxi"

@@ -39,6 +39,12 @@ class ArgumentTypeError(InvalidArgumentError, TypeError):
     """An argument has the wrong type (a float size, a string pointer...)."""
 
 
+class MisalignedError(InvalidArgumentError):
+    """An address does not have the alignment the rule asks for."""
+
+    code = ACL_ERROR_MEMORY_ADDRESS_UNALIGNED
+
+
 class InvalidFreeError(AscmemError, ValueError):
     """The address is not the start of a live block of this allocator:
     a double free, a foreign or interior pointer, or a pointer from before a

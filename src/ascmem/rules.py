@@ -76,6 +76,7 @@ class MemKind(enum.IntEnum):
     NORMAL = 1
     DVPP = 2
     HOST = 3
+    HUGE1G = 4  # 1 GiB pages (HUGE1G policies), only on products that have them
 
 
 def align_up(n, a):

@@ -1,0 +1,443 @@
+# Device: the CANN-rule facade over one pool per memory kind (included by
+# _core.pyx so that its hot path is compiled with the pools').
+
+from ascmem import profiles as _profiles
+from ascmem.errors import (MisalignedError, PrecautionWarning, UnsupportedError)
+from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
+
+cdef uint64_t _MiB = 1 << 20
+cdef uint64_t _GiB = 1 << 30
+# Simulated address layout: devices 64 TiB apart, each reset moves the device's
+# ranges by 1 TiB (64 epochs before addresses repeat), kinds 128 GiB apart.
+cdef int _DEVICE_SHIFT = 46
+cdef int _EPOCH_SHIFT = 40
+cdef int _EPOCHS = 64
+cdef int _KIND_SHIFT = 37
+
+cdef unsigned _DEVICE_MASK = (1 << ASCM_KIND_HUGE) | (1 << ASCM_KIND_NORMAL) | (1 << ASCM_KIND_HUGE1G)
+cdef unsigned _DVPP_MASK = 1 << ASCM_KIND_DVPP
+cdef unsigned _HOST_MASK = 1 << ASCM_KIND_HOST
+cdef unsigned _ANY_MASK = 0x1F
+
+_BACKENDS = ("sim",)
+_CAUSE_TEXT = {
+    ASCM_EVENT_HUGE_FALLBACK: "a HUGE_FIRST request above 1 MiB found no huge pages and got "
+                              "normal pages instead",
+    ASCM_EVENT_RESERVE_FULL: "the huge-page reserve is used up and cannot grow in RC mode",
+    ASCM_EVENT_MEDIA_90: "the media (DVPP) address window is more than 90% full",
+}
+
+
+cdef void _collect(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested) noexcept with gil:
+    (<list>ctx).append((addr, usable, requested))
+
+
+@cython.final
+cdef class Device:
+    """A simulated Ascend device: memory kinds, budgets and the CANN rules.
+
+    ``model``: a profile name (``ascmem.profiles.names()``); ``mode``: "EP" or
+    "RC"; ``memory`` / ``free_os_memory``: override the profile's bytes;
+    ``aicpu_cache``: bytes the first job takes on products that cache AI CPU
+    operators (default: the upper bound); ``host_memory``: size of the host pool.
+    """
+
+    def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
+                  memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
+                  limit=None):
+        self._d = NULL
+        prof = _profiles.get(model)
+        mode = prof.default_mode if mode is None else str(mode).upper()
+        if mode not in prof.modes:
+            raise UnsupportedError(f"{prof.title} has no {mode} mode (it has: "
+                                   f"{', '.join(prof.modes)})")
+        if backend not in _BACKENDS:
+            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_BACKENDS)}")
+        cdef uint64_t did = as_u64(device_id, "device_id")
+        if did >= (1 << (64 - _DEVICE_SHIFT)) - 1:
+            raise InvalidArgumentError(f"device_id {device_id} is too large")
+        self.profile = prof
+        self.mode = mode
+        self.backend = backend
+        self.device_id = <int>did
+        self._epoch = 0
+        self._warned = set()
+        self._counters = {"huge_fallbacks": 0}
+        mem = prof.memory if memory is None else as_u64(memory, "memory")
+        if free_os_memory is not None:
+            free_os = as_u64(free_os_memory, "free_os_memory")
+        elif memory is None:
+            free_os = prof.free_os_memory
+        else:
+            free_os = mem * prof.free_os_memory // prof.memory
+        if free_os > mem or free_os < 8 * _MiB:
+            raise InvalidArgumentError("free OS memory must be at least 8 MiB and at most the "
+                                       "device memory")
+        if aicpu_cache is not None:
+            lo, hi = prof.aicpu_cache
+            aicpu_cache = as_u64(aicpu_cache, "aicpu_cache")
+            if not hi or not lo <= aicpu_cache <= hi:
+                raise InvalidArgumentError(
+                    f"aicpu_cache must lie in {lo}-{hi} bytes for {prof.name}" if hi else
+                    f"{prof.name} has no AI CPU operator cache")
+        self._fixed_taken = 0
+        self._aicpu = prof.aicpu_cache[1] if aicpu_cache is None else aicpu_cache
+        cdef uint64_t app = free_os // (2 * _MiB) * (2 * _MiB)
+        cdef uint64_t reserve = prof.huge_reserve(free_os)
+        cdef ascm_device_config cfg
+        cfg.min_block = 4096
+        cfg.p2p = prof.p2p
+        cfg.budget.reserve = reserve
+        cfg.budget.shared = app - reserve
+        cfg.budget.huge_grows = mode == "EP"
+        cfg.budget.fixed = 0
+        cfg.budget.limit = 0 if limit is None else as_u64(limit, "limit")
+        self._sizes[ASCM_KIND_HUGE] = app if cfg.budget.huge_grows else reserve
+        self._sizes[ASCM_KIND_NORMAL] = app - reserve
+        self._sizes[ASCM_KIND_DVPP] = min(<uint64_t>prof.media_window, app)
+        self._sizes[ASCM_KIND_HOST] = as_u64(host_memory, "host_memory") // 4096 * 4096
+        self._sizes[ASCM_KIND_HUGE1G] = (app // _GiB * _GiB) if prof.huge1g else 0
+        for k in range(ASCM_KINDS):
+            if self._sizes[k] >= (<uint64_t>1 << _KIND_SHIFT):
+                raise InvalidArgumentError("memory beyond 128 GiB per kind is not modelled")
+            cfg.size[k] = self._sizes[k]
+        self._bases(cfg.base)
+        cdef int st = ascm_device_create(&cfg, &self._d)
+        if st != ASCM_OK:
+            raise OutOfMemoryError("host memory for the device's metadata ran out")
+
+    cdef _bases(self, uint64_t *out):
+        cdef uint64_t top = (<uint64_t>(self.device_id + 1) << _DEVICE_SHIFT) | \
+            (<uint64_t>(self._epoch % _EPOCHS) << _EPOCH_SHIFT)
+        for k in range(ASCM_KINDS):
+            out[k] = top | (<uint64_t>k << _KIND_SHIFT)
+
+    def __dealloc__(self):
+        if self._d is not NULL:
+            ascm_device_destroy(self._d)
+
+    # ---- hot path -------------------------------------------------------------
+
+    def malloc(self, size, policy=0):
+        """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary."""
+        cdef uint64_t addr, n = as_u64(size, "size")
+        cdef int kind, events
+        cdef int st = ascm_device_malloc(self._d, n, _policy(policy), ASCM_SIZE_MALLOC, &addr,
+                                         &kind, &events)
+        if st != ASCM_OK:
+            self._failed(st, n, policy, kind, events, "malloc")
+        if events:
+            self._events(events)
+        return addr
+
+    def malloc_align32(self, size, policy=0):
+        """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
+        cdef uint64_t addr, n = as_u64(size, "size")
+        cdef int kind, events
+        cdef int st = ascm_device_malloc(self._d, n, _policy(policy), ASCM_SIZE_ALIGN32, &addr,
+                                         &kind, &events)
+        if st != ASCM_OK:
+            self._failed(st, n, policy, kind, events, "malloc_align32")
+        if events:
+            self._events(events)
+        return addr
+
+    def free(self, ptr):
+        """aclrtFree for malloc/malloc_align32 memory."""
+        cdef int kind
+        cdef int st = ascm_device_free(self._d, as_u64(ptr, "pointer"), _DEVICE_MASK, &kind)
+        if st != ASCM_OK:
+            _raise(st, self._bad_pointer(ptr, kind, "free", _DEVICE_MASK))
+
+    def dvpp_malloc(self, size):
+        """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
+        media window, at a 128-byte boundary."""
+        cdef uint64_t addr, n = as_u64(size, "size")
+        cdef int kind, events
+        cdef int st = ascm_device_malloc(self._d, n, 0, ASCM_SIZE_DVPP, &addr, &kind, &events)
+        if st != ASCM_OK:
+            self._failed(st, n, None, kind, events, "dvpp_malloc")
+        if events:
+            self._events(events)
+        return addr
+
+    def dvpp_free(self, ptr):
+        cdef int kind
+        cdef int st = ascm_device_free(self._d, as_u64(ptr, "pointer"), _DVPP_MASK, &kind)
+        if st != ASCM_OK:
+            _raise(st, self._bad_pointer(ptr, kind, "dvpp_free", _DVPP_MASK))
+
+    def malloc_host(self, size):
+        """aclrtMallocHost: host memory at a 64-byte boundary."""
+        cdef uint64_t addr, n = as_u64(size, "size")
+        cdef int kind, events
+        cdef int st = ascm_device_malloc(self._d, n, 0, ASCM_SIZE_HOST, &addr, &kind, &events)
+        if st != ASCM_OK:
+            self._failed(st, n, None, kind, events, "malloc_host")
+        return addr
+
+    def free_host(self, ptr):
+        cdef int kind
+        cdef int st = ascm_device_free(self._d, as_u64(ptr, "pointer"), _HOST_MASK, &kind)
+        if st != ASCM_OK:
+            _raise(st, self._bad_pointer(ptr, kind, "free_host", _HOST_MASK))
+
+    # ---- failures and warnings ------------------------------------------------
+
+    cdef _failed(self, int st, uint64_t size, object policy, int kind, int events, str call):
+        if events:
+            self._events(events)
+        if st == ASCM_ERR_UNSUPPORTED:
+            raise UnsupportedError(f"policy {_policy_name(policy)} is not supported on "
+                                   f"{self.profile.title}")
+        if st == ASCM_ERR_INVAL:
+            raise InvalidArgumentError(f"{call}: size must be at least 1 byte")
+        cdef ascm_stats s
+        cdef ascm_pool *p = ascm_device_pool(self._d, kind)
+        name = MemKind(kind).name if 0 <= kind < ASCM_KINDS else "?"
+        if p is NULL:
+            raise OutOfMemoryError(f"{call}({size}): this device has no {name} memory")
+        ascm_pool_stats(p, &s)
+        why = "the page budget is exhausted" if st == ASCM_ERR_BUDGET else "no free block fits"
+        b = self.budget()
+        raise OutOfMemoryError(
+            f"{call}({size}, policy={_policy_name(policy)}): out of {name} memory ({why}); "
+            f"{_fmt_bytes(s.free)} of the {name} range free, largest free block "
+            f"{_fmt_bytes(s.largest_free)}; device budget: {_fmt_bytes(b['huge_used'])} huge + "
+            f"{_fmt_bytes(b['normal_used'])} normal + {_fmt_bytes(b['fixed'])} runtime of "
+            f"{_fmt_bytes(b['total'])}")
+
+    cdef _events(self, int events):
+        if events & ASCM_EVENT_HUGE_FALLBACK:
+            self._counters["huge_fallbacks"] += 1
+        for cause in (ASCM_EVENT_HUGE_FALLBACK, ASCM_EVENT_RESERVE_FULL, ASCM_EVENT_MEDIA_90):
+            if events & cause and cause not in self._warned:
+                self._warned.add(cause)
+                warnings.warn(f"device {self.device_id}: {_CAUSE_TEXT[cause]}",
+                              PrecautionWarning, stacklevel=3)
+
+    def _bad_pointer(self, ptr, int kind, str call, unsigned mask):
+        if kind < 0:
+            return f"{call}: {ptr:#x} is not memory of device {self.device_id} (foreign, or from before a reset)"
+        if not (mask >> kind) & 1:
+            return f"{call}: {ptr:#x} is {MemKind(kind).name} memory; free it with its own call"
+        return f"{call}: {ptr:#x} is not the start of a live block (double free or interior pointer)"
+
+    # ---- queries --------------------------------------------------------------
+
+    def kind_of(self, ptr):
+        """The MemKind of the range ptr lies in."""
+        cdef int k = ascm_device_kind_of(self._d, as_u64(ptr, "pointer"))
+        if k < 0:
+            raise InvalidArgumentError(f"{ptr:#x} is not memory of device {self.device_id}")
+        return MemKind(k)
+
+    def usable_size(self, ptr):
+        """The size a live block was given after the CANN rounding rule."""
+        cdef uint64_t a = as_u64(ptr, "pointer"), n
+        cdef int k = ascm_device_kind_of(self._d, a)
+        if k < 0 or ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &n) != ASCM_OK:
+            raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
+        return n
+
+    def as_model_input(self, ptr, length):
+        """Media -> inference reuse: hands a live device or media buffer to model
+        inference as it is (same address, no copy), after checking that the
+        segment obeys the rule for carved memory: a 128-byte aligned start and a
+        length within the buffer's rounded size."""
+        cdef uint64_t a = as_u64(ptr, "pointer"), n = as_u64(length, "length"), size
+        cdef int k = ascm_device_kind_of(self._d, a)
+        if k == ASCM_KIND_HOST:
+            raise InvalidArgumentError(f"{ptr:#x} is host memory: model inference reads device "
+                                       f"or media memory")
+        if k < 0 or ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &size) != ASCM_OK:
+            raise InvalidArgumentError(f"{ptr:#x} is not a live device or media buffer "
+                                       f"(freed, interior, or foreign)")
+        if a % MEDIA_ALIGN:
+            raise MisalignedError(f"{ptr:#x} is not 128-byte aligned, as model input carved from "
+                                  f"media memory must be")
+        if n == 0 or n > size:
+            raise InvalidArgumentError(f"length {n} does not fit the buffer's {size} bytes")
+        self._reused_bytes += n
+        self._reuse_count += 1
+        return a
+
+    def budget(self):
+        """The physical budget: bytes of huge and normal pages in use."""
+        cdef ascm_budget b
+        ascm_device_budget(self._d, &b)
+        total = b.reserve + b.shared
+        return {"reserve": b.reserve, "shared": b.shared, "total": total,
+                "huge_used": b.huge_used, "normal_used": b.normal_used, "fixed": b.fixed,
+                "peak_huge": b.peak_huge, "peak_normal": b.peak_normal,
+                "ep_growth": b.huge_used - b.reserve if b.huge_used > b.reserve else 0,
+                "limit": b.limit, "huge_grows": bool(b.huge_grows)}
+
+    def get_mem_info(self, attr):
+        """aclrtGetMemInfo: (free, total) in bytes for an aclrtMemAttr value;
+        attributes this hardware lacks report (0, 0)."""
+        cdef int a
+        try:
+            a = int(MemAttr(attr))
+        except ValueError:
+            raise InvalidArgumentError(f"unknown aclrtMemAttr value {attr!r}") from None
+        b = self.budget()
+        hbm = self.profile.memory_type == "HBM"
+        if a <= 11:  # DDR_* even, HBM_* odd below 10; 10/11 are HBM 1G
+            is_hbm = a in (1, 4, 5, 8, 9, 10, 11)
+            if is_hbm != hbm:
+                return (0, 0)
+        which = {0: "all", 1: "all", 2: "huge", 3: "normal", 4: "huge", 5: "normal",
+                 6: "p2p_huge", 7: "p2p_normal", 8: "p2p_huge", 9: "p2p_normal", 10: "huge1g",
+                 11: "p2p_huge1g", 12: "normal", 13: "huge", 14: "huge1g", 15: "p2p_normal",
+                 16: "p2p_huge", 17: "p2p_huge1g"}[a]
+        if which.startswith("p2p_"):
+            if not self.profile.p2p:
+                return (0, 0)
+            which = which[4:]
+        if which == "huge1g" and not self.profile.huge1g:
+            return (0, 0)
+        growth = b["ep_growth"]
+        left = b["shared"] - b["fixed"] - b["normal_used"] - growth
+        if which == "all":
+            total = b["total"] if not b["limit"] else min(b["total"], b["limit"])
+            used = b["huge_used"] + b["normal_used"] + b["fixed"]
+        elif which == "normal":
+            total = b["shared"] - b["fixed"] - growth
+            used = b["normal_used"]
+        elif b["reserve"]:
+            # a reserve product reports the huge-page pool as it is now: the
+            # reserve plus whatever EP mode grew it by
+            total = b["reserve"] + growth
+            used = b["huge_used"]
+        else:
+            total = b["huge_used"] + left
+            used = b["huge_used"]
+        total = max(total, used)
+        return (total - used, total)
+
+    def begin_job(self):
+        """Marks the start of an inference or training job.  On products that
+        cache AI CPU operators (training series, EP mode) the first job after
+        start or reset takes that cache from device memory; A2/A3 products load
+        their system package instead."""
+        if self._job_started:
+            return 0
+        take = 0
+        if self.mode == "EP" and self.profile.aicpu_cache[1]:
+            take = self._aicpu
+        take += self.profile.first_job_package
+        if take and ascm_device_charge_fixed(self._d, take) != ASCM_OK:
+            raise OutOfMemoryError(f"the first job needs {_fmt_bytes(take)} of device memory "
+                                   f"for the runtime, and it is not free")
+        self._fixed_taken = take
+        self._job_started = True
+        return take
+
+    def reset(self):
+        """aclrtResetDevice: frees every block, releases the AI CPU cache, and
+        invalidates every pointer handed out before (freeing one raises
+        InvalidFreeError)."""
+        cdef uint64_t bases[5]
+        self._epoch += 1
+        self._bases(bases)
+        ascm_device_charge_fixed(self._d, -<int64_t>self._fixed_taken)
+        self._fixed_taken = 0
+        self._job_started = False
+        self._reused_bytes = self._reuse_count = 0
+        if ascm_device_reset(self._d, bases) != ASCM_OK:
+            raise OutOfMemoryError("host memory for the device's metadata ran out")
+
+    def set_limit(self, limit):
+        """Caps huge + normal + runtime memory at limit bytes (0: no cap)."""
+        ascm_device_set_limit(self._d, as_u64(limit, "limit"))
+
+    def stats(self):
+        """Per kind: the pool's statistics; plus the budget and reuse counters."""
+        out = {}
+        cdef ascm_stats s
+        cdef ascm_pool *p
+        for k in range(ASCM_KINDS):
+            p = ascm_device_pool(self._d, k)
+            if p is not NULL:
+                ascm_pool_stats(p, &s)
+                out[MemKind(k).name.lower()] = _stats_dict(&s)
+        b = self.budget()
+        out["device"] = dict(b, aicpu_cache=self._fixed_taken, reserve_used=min(b["huge_used"], b["reserve"]),
+                             reused_bytes=self._reused_bytes, reuse_count=self._reuse_count,
+                             **self._counters)
+        return out
+
+    def snapshot(self):
+        """Live blocks: dicts of address, size (usable), requested (after the
+        CANN rounding) and kind, in address order."""
+        blocks = []
+        cdef list found
+        cdef ascm_pool *p
+        for k in range(ASCM_KINDS):
+            p = ascm_device_pool(self._d, k)
+            if p is NULL:
+                continue
+            found = []
+            ascm_pool_walk(p, _collect, <void *>found)
+            kind = MemKind(k)
+            blocks.extend({"address": a, "size": u, "requested": r, "kind": kind}
+                          for a, u, r in found)
+        blocks.sort(key=lambda b: b["address"])
+        return blocks
+
+    def precautions(self):
+        return _profiles.precautions(self.profile, self.mode)
+
+    def check(self):
+        cdef char msg[MSG_LEN]
+        cdef ascm_pool *p
+        cdef ascm_stats s
+        for k in range(ASCM_KINDS):
+            p = ascm_device_pool(self._d, k)
+            if p is not NULL and ascm_pool_check(p, msg, MSG_LEN) != ASCM_OK:
+                raise CorruptionError(f"{MemKind(k).name}: " + msg.decode("utf-8", "replace"))
+        b = self.budget()
+        pages = 0
+        for k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G):
+            p = ascm_device_pool(self._d, k)
+            if p is not NULL:
+                ascm_pool_stats(p, &s)
+                pages += s.pages_in_use * s.page_size
+        if pages != b["huge_used"]:
+            raise CorruptionError(f"huge pages charged {b['huge_used']} != pages in use {pages}")
+
+    def range_of(self, kind):
+        """(base, size) of a kind's address range, or None."""
+        cdef int k = int(MemKind(kind))
+        cdef ascm_pool *p = ascm_device_pool(self._d, k)
+        cdef ascm_stats s
+        if p is NULL:
+            return None
+        ascm_pool_stats(p, &s)
+        cdef uint64_t bases[5]
+        self._bases(bases)
+        return (bases[k], s.capacity)
+
+    def __repr__(self):
+        return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
+                f"backend={self.backend}>")
+
+
+cdef uint32_t _policy(object policy) except? 0xFFFFFFFF:
+    cdef uint64_t p = as_u64(policy, "policy")
+    return <uint32_t>p if p < 0xFFFFFFFF else 0xFFFFFFFE  # still out of range, as CANN sees it
+
+
+def _policy_name(policy):
+    from ascmem.rules import Policy, POLICY_BASE_MASK
+    if policy is None:
+        return "-"
+    try:
+        p = int(policy)
+        base = Policy(p & POLICY_BASE_MASK).name
+        flags = [f.name for f in (Policy.LOW_BAND_WIDTH, Policy.HIGH_BAND_WIDTH,
+                                  Policy.ACCESS_USER_SPACE_READONLY) if p & f]
+        return "|".join([base] + flags)
+    except (ValueError, TypeError):
+        return repr(policy)

@@ -1,0 +1,143 @@
+"""Ascend product families and the memory facts ascmem applies to each.
+
+Sources (CANN documentation unless noted):
+  [P]  "Memory Management" precautions page (shared/seed/memory-precautions.txt):
+       the Atlas 200/300/500 Inference Product reserves huge pages equal to 25% of
+       the device's free OS memory, "about 1940 MB" -- so free OS memory is about
+       7760 MB; in EP mode huge memory grows and shrinks past the reserve.  The
+       Atlas Training Series caches AI CPU operators on the first job after start
+       in EP mode, 100-200 MB.  Media memory (acldvppMalloc / hi_mpi_dvpp_malloc)
+       may feed model inference; other work should use aclrtMalloc.
+  [M]  aclrtMemMallocPolicy: P2P policies not supported on the Atlas 200/300/500
+       Inference Product nor the Atlas 200I/500 A2; HUGE1G only on Atlas A2 and A3.
+  [A]  aclrtMemAttr: HBM_MEM_HUGE1G supported on Atlas A2/A3 training and inference.
+  [W]  acldvppMalloc / hi_mpi_dvpp_malloc: the media address space is limited,
+       16 GB per process on current products.
+  [H]  Product pages: Atlas 300I (model 3000) carries four Ascend 310 with 8 GB each;
+       Atlas 200 DK 8 GB; Atlas 200I DK A2 4 GB; Atlas 300I Pro 24 GB; Atlas 300T
+       (Ascend 910) 32 GB HBM; Atlas 800T A2: eight 910B with 64 GB HBM each.
+  [S]  Atlas A2/A3 products load a system package of about 300 MB on the first job
+       instead of the AI CPU operator cache (CANN release notes / field reports).
+Numbers per device are per chip (one Ascend device id).
+"""
+
+import dataclasses
+
+from ascmem.errors import InvalidArgumentError
+from ascmem.rules import GiB, MiB
+
+MEDIA_WINDOW = 16 * GiB  # [W]
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    title: str
+    aliases: tuple
+    memory_type: str             # "DDR" or "HBM"
+    memory: int                  # device memory per chip, bytes [H]
+    free_os_memory: int          # memory left for applications, bytes
+    huge_reserve_fraction: float  # share of free OS memory reserved for huge pages [P]
+    modes: tuple                 # "EP", "RC"
+    aicpu_cache: tuple           # (min, max) bytes taken by the first job, or (0, 0) [P]
+    first_job_package: int       # bytes of system package loaded by the first job [S]
+    media_window: int            # media (DVPP) address space per process [W]
+    p2p: bool                    # P2P policies supported [M]
+    huge1g: bool                 # 1 GiB huge pages [M][A]
+    source: str
+
+    @property
+    def default_mode(self):
+        return self.modes[0]
+
+    def huge_reserve(self, free_os_memory=None):
+        """Huge-page reserve: 25% of free OS memory, rounded down to 2 MiB [P]."""
+        free = self.free_os_memory if free_os_memory is None else free_os_memory
+        return int(free * self.huge_reserve_fraction) // (2 * MiB) * (2 * MiB)
+
+
+_PROFILES = [
+    Profile("atlas-inference", "Atlas 200/300/500 Inference Product (Ascend 310)",
+            ("atlas-200", "atlas-300i", "atlas-500", "atlas-200dk"), "DDR",
+            8 * GiB, 7760 * MiB, 0.25, ("EP", "RC"), (0, 0), 0, MEDIA_WINDOW, False, False,
+            "[P] reserve rule; [H] 8 GB per Ascend 310; free OS memory 7760 MB implied by the "
+            "1940 MB = 25% reserve"),
+    Profile("atlas-training", "Atlas Training Series Product (Ascend 910)", ("atlas-300t",),
+            "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (100 * MiB, 200 * MiB), 0, MEDIA_WINDOW,
+            True, False, "[P] AI CPU cache 100-200 MB; [H] 32 GB HBM"),
+    Profile("atlas-inference-series", "Atlas Inference Series Product (Ascend 310P)",
+            ("atlas-300i-pro",), "DDR", 24 * GiB, 24 * GiB, 0.0, ("EP",), (0, 0), 0,
+            MEDIA_WINDOW, True, False, "[H] Atlas 300I Pro 24 GB; [M] P2P supported"),
+    Profile("atlas-a2-training", "Atlas A2 Training Series Product (Ascend 910B)",
+            ("atlas-800t-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
+            MEDIA_WINDOW, True, True, "[H] 64 GB HBM per 910B; [S] ~300 MB system package; [M][A]"),
+    Profile("atlas-a2-inference", "Atlas A2 Inference Product (Atlas 800I A2)",
+            ("atlas-800i-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
+            MEDIA_WINDOW, True, True, "[H] 64 GB HBM; [S]; [M][A]"),
+    Profile("atlas-200i-a2", "Atlas 200I/500 A2 Inference Product", ("atlas-500-a2",), "DDR",
+            4 * GiB, 4 * GiB, 0.0, ("RC", "EP"), (0, 0), 0, MEDIA_WINDOW, False, False,
+            "[H] Atlas 200I DK A2 4 GB; [M] no P2P, no HUGE1G"),
+    Profile("atlas-a3", "Atlas A3 Training/Inference Series Product", ("atlas-a3-training",
+            "atlas-a3-inference"), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
+            MEDIA_WINDOW, True, True,
+            "[M][A] P2P and HUGE1G; 64 GB per device id assumed as on A2 (not verified)"),
+]
+
+_BY_NAME = {}
+for _p in _PROFILES:
+    for _n in (_p.name,) + _p.aliases:
+        _BY_NAME[_n] = _p
+
+
+def names():
+    """Canonical profile names."""
+    return [p.name for p in _PROFILES]
+
+
+def get(name):
+    """The profile for a name or alias; unknown names list the known ones."""
+    if isinstance(name, Profile):
+        return name
+    try:
+        return _BY_NAME[str(name).lower()]
+    except KeyError:
+        known = ", ".join(sorted(_BY_NAME))
+        raise InvalidArgumentError(f"unknown product {name!r}; known: {known}") from None
+
+
+def precautions(profile, mode):
+    """The CANN memory precautions that apply to this product in this mode."""
+    out = []
+    mb = 1000 * 1000
+    if profile.huge_reserve_fraction:
+        reserve = profile.huge_reserve(profile.free_os_memory)
+        out.append(
+            f"Huge-page reserve: the system sets aside about {reserve // MiB} MB of huge-page "
+            f"memory ({profile.huge_reserve_fraction:.0%} of the device's free OS memory); use it "
+            "first, e.g. with HUGE_FIRST or HUGE_ONLY allocations.")
+        if mode == "EP":
+            out.append("EP mode: once the huge-page reserve is used up, huge-page memory grows out "
+                       "of the rest of device memory and shrinks again when freed.")
+        else:
+            out.append("RC mode: huge-page memory never grows past the reserve; HUGE_ONLY requests "
+                       "fail once it is used up and HUGE_FIRST ones fall back to normal pages.")
+    if profile.aicpu_cache[1] and mode == "EP":
+        lo, hi = profile.aicpu_cache
+        out.append(
+            f"AI CPU operator cache: the first inference or training job after the device starts "
+            f"copies the AI CPU operators to the device and keeps them there, taking {lo // mb}-"
+            f"{hi // mb} MB of device memory until the device is restarted.")
+    if profile.first_job_package:
+        out.append(f"The first job loads a system package of about "
+                   f"{profile.first_job_package // MiB} MB into device memory.")
+    out.append(
+        "Media memory: media data processing (DVPP) needs its own allocation calls "
+        "(acldvppMalloc, hi_mpi_dvpp_malloc); a media output buffer can be fed straight to model "
+        "inference without a copy.")
+    out.append(
+        f"The media address space is limited ({profile.media_window // GiB} GB per process): "
+        "allocate model weights, workspaces and other non-media buffers with aclrtMalloc / "
+        "aclrtMallocHost so that media processing keeps its room.")
+    if not profile.p2p:
+        out.append("P2P allocation policies are not supported on this product.")
+    return out

@@ -1,0 +1,99 @@
+"""Hypothesis state machines: Pool and BuddyAllocator against a reference
+model that only knows which blocks are live and what was asked."""
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+import ascmem
+from conftest import BASE
+
+CAPACITY = 4 << 20  # a power of two, so "whole again" means largest_free == capacity
+sizes = st.one_of(st.integers(1, 512), st.integers(513, 40_000), st.integers(40_001, 1_500_000))
+aligns = st.sampled_from([1, 32, 64, 128, 4096, 65536])
+
+
+class AllocatorModel(RuleBasedStateMachine):
+    make = None
+    blocks = Bundle("blocks")
+
+    def __init__(self):
+        super().__init__()
+        self.a = self.make()
+        self.live = {}  # addr -> (requested, usable)
+        self.allocs = self.frees = 0
+
+    @rule(target=blocks, size=sizes, align=aligns)
+    def alloc(self, size, align):
+        try:
+            addr = self.a.alloc(size, align)
+        except ascmem.OutOfMemoryError:
+            return None
+        usable = self.a.usable_size(addr)
+        assert addr % align == 0 and usable >= size
+        assert BASE <= addr and addr + usable <= BASE + CAPACITY
+        for other, (_, n) in self.live.items():
+            assert addr + usable <= other or other + n <= addr, "overlap"
+        self.live[addr] = (size, usable)
+        self.allocs += 1
+        return addr
+
+    @rule(addr=consumes(blocks))
+    def free(self, addr):
+        if addr is None:
+            return
+        self.a.free(addr)
+        del self.live[addr]
+        self.frees += 1
+
+    @rule(addr=blocks)
+    def free_twice_is_refused(self, addr):
+        if addr is None or addr in self.live:
+            return
+        try:
+            self.a.free(addr)
+        except ascmem.InvalidFreeError:
+            return
+        raise AssertionError("a freed block was freed again")
+
+    @rule(offset=st.integers(1, 63))
+    def interior_pointer_is_refused(self, offset):
+        for addr in self.live:
+            try:
+                self.a.free(addr + offset)
+            except ascmem.InvalidFreeError:
+                pass
+            else:
+                raise AssertionError("interior pointer accepted")
+            return
+
+    @invariant()
+    def stats_match_the_model(self):
+        s = self.a.stats()
+        assert s["live_count"] == len(self.live)
+        assert s["requested"] == sum(r for r, _ in self.live.values())
+        assert s["used"] == sum(u for _, u in self.live.values())
+        assert s["alloc_count"] == self.allocs and s["free_count"] == self.frees
+        self.a.check()
+
+    def teardown(self):
+        for addr in list(self.live):
+            self.a.free(addr)
+        if isinstance(self.a, ascmem.Pool):
+            self.a.trim()
+        s = self.a.stats()
+        assert s["used"] == 0 and s["largest_free"] == CAPACITY
+        self.a.check()
+
+
+class PoolModel(AllocatorModel):
+    make = staticmethod(lambda: ascmem.Pool(CAPACITY, base=BASE, page_size=1 << 21))
+
+
+class BuddyModel(AllocatorModel):
+    make = staticmethod(lambda: ascmem.BuddyAllocator(CAPACITY, base=BASE))
+
+
+TestPool = PoolModel.TestCase
+TestPool.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+TestBuddy = BuddyModel.TestCase
+TestBuddy.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
