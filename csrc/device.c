@@ -177,7 +177,8 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
     case HUGE_ONLY_P2P: {
         *kind = ASCM_KIND_HUGE;
         int st = try_kind(d, ASCM_KIND_HUGE, rounded, align, addr);
-        if (st == ASCM_ERR_BUDGET && !d->b.huge_grows) *events |= ASCM_EVENT_RESERVE_FULL;
+        if ((st == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) && !d->b.huge_grows)
+            *events |= ASCM_EVENT_RESERVE_FULL;
         return st;
     }
     case NORMAL_ONLY:
@@ -189,7 +190,8 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
             *kind = ASCM_KIND_HUGE;
             int st = try_kind(d, ASCM_KIND_HUGE, rounded, align, addr);
             if (st == ASCM_OK) return st;
-            if (st == ASCM_ERR_BUDGET && !d->b.huge_grows) *events |= ASCM_EVENT_RESERVE_FULL;
+            if ((st == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) && !d->b.huge_grows)
+                *events |= ASCM_EVENT_RESERVE_FULL;
             *events |= ASCM_EVENT_HUGE_FALLBACK;
         }
         *kind = ASCM_KIND_NORMAL;

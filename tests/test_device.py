@@ -1,0 +1,350 @@
+"""The CANN memory rules, one test per rule (names say which)."""
+import warnings
+
+import pytest
+
+import ascmem
+from ascmem import MemAttr, MemKind, Policy, profiles
+from ascmem.rules import GiB, MiB
+
+P = Policy
+
+
+def dev(model="atlas-inference", **kw):
+    return ascmem.Device(model, **kw)
+
+
+# ---- profiles -------------------------------------------------------------------
+
+def test_profiles_known_names_and_aliases():
+    assert "atlas-inference" in profiles.names() and "atlas-training" in profiles.names()
+    for alias in ("atlas-200", "atlas-300i", "atlas-500"):
+        assert profiles.get(alias).name == "atlas-inference"
+    assert profiles.get("atlas-300t").name == "atlas-training"
+
+
+def test_profiles_unknown_name_lists_the_known_ones():
+    with pytest.raises(ascmem.InvalidArgumentError, match="atlas-inference"):
+        profiles.get("atlas-9000")
+
+
+def test_profile_inference_free_os_memory_matches_the_1940_mb_reserve():
+    p = profiles.get("atlas-inference")
+    assert p.huge_reserve() // MiB == 1940  # the seed's "about 1940 MB"
+
+
+# ---- budgets ---------------------------------------------------------------------
+
+def test_rule_huge_reserve_is_25_percent_of_free_os_memory_2mib_rounded():
+    d = dev(free_os_memory=1001 * MiB)
+    assert d.budget()["reserve"] == (1001 * MiB // 4) // (2 * MiB) * (2 * MiB)
+
+
+def test_rule_ep_mode_grows_huge_memory_past_the_reserve_and_shrinks_it():
+    d = dev(free_os_memory=400 * MiB, mode="EP")
+    reserve = d.budget()["reserve"]
+    a = d.malloc(reserve + 10 * MiB, P.HUGE_ONLY)
+    b = d.budget()
+    assert b["ep_growth"] > 0 and d.get_mem_info(MemAttr.DDR_MEM_HUGE)[1] > reserve
+    d.free(a)
+    assert d.budget()["ep_growth"] == 0
+    assert d.get_mem_info(MemAttr.DDR_MEM_HUGE)[1] == reserve
+
+
+def test_rule_rc_mode_never_grows_past_the_reserve():
+    d = dev(free_os_memory=400 * MiB, mode="RC")
+    reserve = d.budget()["reserve"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ascmem.OutOfMemoryError):
+            d.malloc(reserve + 2 * MiB, P.HUGE_ONLY)
+    d.malloc(reserve - 64 * 1024, P.HUGE_ONLY)
+    d.check()
+
+
+def test_rule_training_first_job_takes_the_aicpu_cache_once():
+    d2 = dev("atlas-training", aicpu_cache=150 * MiB)
+    assert d2.begin_job() == 150 * MiB
+    assert d2.begin_job() == 0  # later jobs take nothing
+    assert d2.budget()["fixed"] == 150 * MiB
+    assert d2.stats()["device"]["aicpu_cache"] == 150 * MiB
+
+
+def test_rule_aicpu_cache_default_is_the_upper_bound():
+    d = dev("atlas-training")
+    assert d.begin_job() == profiles.get("atlas-training").aicpu_cache[1]
+
+
+def test_rule_aicpu_cache_must_lie_in_its_range():
+    with pytest.raises(ascmem.InvalidArgumentError):
+        dev("atlas-training", aicpu_cache=300 * MiB)
+    with pytest.raises(ascmem.InvalidArgumentError):
+        dev("atlas-inference", aicpu_cache=150 * MiB)
+
+
+def test_rule_reset_releases_the_cache_and_invalidates_pointers():
+    d = dev("atlas-training")
+    d.begin_job()
+    a = d.malloc(4096)
+    d.reset()
+    assert d.budget()["fixed"] == 0
+    b = d.malloc(4096)
+    assert b != a
+    with pytest.raises(ascmem.InvalidFreeError):
+        d.free(a)
+    assert d.begin_job() > 0  # the first job after a reset takes it again
+    d.check()
+
+
+# ---- policies --------------------------------------------------------------------
+
+def test_policy_huge_first_small_requests_get_normal_pages():
+    d = dev()
+    assert d.kind_of(d.malloc(MiB, P.HUGE_FIRST)) == MemKind.NORMAL
+    assert d.kind_of(d.malloc(MiB + 1, P.HUGE_FIRST)) == MemKind.HUGE
+
+
+def test_policy_huge_first_falls_back_to_normal_with_a_warning():
+    d = dev(free_os_memory=400 * MiB, mode="RC")
+    reserve = d.budget()["reserve"]
+    with pytest.warns(ascmem.PrecautionWarning):
+        a = d.malloc(reserve + 4 * MiB, P.HUGE_FIRST)
+    assert d.kind_of(a) == MemKind.NORMAL
+    assert d.stats()["device"]["huge_fallbacks"] == 1
+
+
+def test_policy_huge_only_raises_when_huge_runs_out():
+    d = dev(free_os_memory=400 * MiB, mode="RC")
+    with pytest.warns(ascmem.PrecautionWarning, match="reserve"):
+        with pytest.raises(ascmem.OutOfMemoryError, match="HUGE"):
+            d.malloc(300 * MiB, P.HUGE_ONLY)
+
+
+def test_policy_normal_only():
+    d = dev()
+    assert d.kind_of(d.malloc(8 * MiB, P.NORMAL_ONLY)) == MemKind.NORMAL
+
+
+def test_policy_p2p_unsupported_on_inference():
+    d = dev()
+    for p in (P.HUGE_FIRST_P2P, P.HUGE_ONLY_P2P, P.NORMAL_ONLY_P2P):
+        with pytest.raises(ascmem.UnsupportedError):
+            d.malloc(4096, p)
+
+
+def test_policy_p2p_supported_on_training():
+    d = dev("atlas-training")
+    assert d.kind_of(d.malloc(4 * MiB, P.HUGE_ONLY_P2P)) == MemKind.HUGE
+    assert d.kind_of(d.malloc(4096, P.NORMAL_ONLY_P2P)) == MemKind.NORMAL
+
+
+def test_policy_huge1g_only_where_supported():
+    with pytest.raises(ascmem.UnsupportedError):
+        dev("atlas-training").malloc(4096, P.HUGE1G_ONLY)
+    d = dev("atlas-a2-training")
+    a = d.malloc(100, P.HUGE1G_ONLY)
+    assert d.kind_of(a) == MemKind.HUGE1G
+    assert d.usable_size(a) == 128  # 1G pages: 32-byte rounding, no extra 32 bytes
+    assert d.budget()["huge_used"] == GiB
+
+
+def test_policy_bandwidth_flags_alone_mean_huge_first():
+    d = dev()
+    for flag in (P.LOW_BAND_WIDTH, P.HIGH_BAND_WIDTH):
+        assert d.kind_of(d.malloc(4 * MiB, flag)) == MemKind.HUGE
+        assert d.kind_of(d.malloc(4096, flag)) == MemKind.NORMAL
+
+
+def test_policy_combinations_with_flags():
+    d = dev()
+    assert d.kind_of(d.malloc(4096, P.HUGE_ONLY | P.HIGH_BAND_WIDTH)) == MemKind.HUGE
+    assert d.kind_of(d.malloc(4 * MiB, P.NORMAL_ONLY | P.LOW_BAND_WIDTH)) == MemKind.NORMAL
+    assert d.kind_of(d.malloc(4096, P.HUGE_ONLY | P.ACCESS_USER_SPACE_READONLY)) == MemKind.HUGE
+
+
+def test_policy_out_of_range_uses_huge_pages_from_2mb():
+    d = dev()
+    assert d.kind_of(d.malloc(2 * MiB, 99)) == MemKind.HUGE
+    assert d.kind_of(d.malloc(2 * MiB - 1, 99)) == MemKind.NORMAL
+    assert d.kind_of(d.malloc(4096, 0x7777)) == MemKind.NORMAL
+
+
+def test_policy_negative_is_an_invalid_argument():
+    with pytest.raises(ascmem.InvalidArgumentError):
+        dev().malloc(64, -1)
+
+
+# ---- sizes and alignment ----------------------------------------------------------
+
+@pytest.mark.parametrize("size", [1, 31, 32, 33, 100, 4096, 3 * MiB + 7])
+def test_size_malloc_rounds_to_32_plus_32_at_64_alignment(size):
+    d = dev()
+    a = d.malloc(size)
+    assert a % 64 == 0 and d.usable_size(a) == (size + 31) // 32 * 32 + 32
+
+
+@pytest.mark.parametrize("size", [1, 32, 33, 4096, 3 * MiB + 7])
+def test_size_malloc_align32_rounds_to_32(size):
+    d = dev()
+    a = d.malloc_align32(size)
+    assert a % 64 == 0 and d.usable_size(a) == (size + 31) // 32 * 32
+
+
+@pytest.mark.parametrize("size", [1, 100, 3_110_400, 5 * MiB])
+def test_size_dvpp_rounds_to_32_plus_32_at_128_alignment_in_huge_pages(size):
+    d = dev()
+    a = d.dvpp_malloc(size)
+    assert a % 128 == 0 and d.kind_of(a) == MemKind.DVPP
+    assert d.usable_size(a) == (size + 31) // 32 * 32 + 32
+    assert d.budget()["huge_used"] >= 2 * MiB and d.budget()["normal_used"] == 0
+
+
+def test_size_zero_is_an_error_everywhere():
+    d = dev()
+    for call in (d.malloc, d.malloc_align32, d.dvpp_malloc, d.malloc_host):
+        with pytest.raises(ascmem.InvalidArgumentError):
+            call(0)
+
+
+def test_media_window_exhaustion_while_other_memory_is_free():
+    d = dev("atlas-training")  # 32 GiB: more than the 16 GiB media window
+    blocks = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ascmem.OutOfMemoryError, match="DVPP"):
+            for _ in range(17):
+                blocks.append(d.dvpp_malloc(GiB - 64))
+    assert d.get_mem_info(MemAttr.HBM_MEM)[0] > 8 * GiB  # plenty left outside the window
+    d.malloc(GiB)
+
+
+def test_media_window_90_percent_warns_once():
+    d = dev("atlas-training")
+    with pytest.warns(ascmem.PrecautionWarning, match="90%"):
+        for _ in range(15):
+            d.dvpp_malloc(GiB - 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d.dvpp_malloc(64)  # once per device and cause
+
+
+def test_host_memory_comes_from_its_own_pool():
+    d = dev()
+    h = d.malloc_host(1000)
+    assert d.kind_of(h) == MemKind.HOST and h % 64 == 0
+    assert d.budget()["huge_used"] == d.budget()["normal_used"] == 0
+    with pytest.raises(ascmem.InvalidFreeError):
+        d.free(h)  # host memory goes back with free_host
+    d.free_host(h)
+
+
+# ---- media -> inference reuse -------------------------------------------------------
+
+def test_reuse_media_output_as_model_input_same_address():
+    d = dev()
+    a = d.dvpp_malloc(3_110_400)
+    assert d.as_model_input(a, 3_110_400) == a
+    assert d.stats()["device"]["reused_bytes"] == 3_110_400
+
+
+def test_reuse_refuses_host_freed_and_too_long():
+    d = dev()
+    a = d.dvpp_malloc(1000)
+    with pytest.raises(ascmem.InvalidArgumentError, match="length"):
+        d.as_model_input(a, 2000)
+    h = d.malloc_host(1000)
+    with pytest.raises(ascmem.InvalidArgumentError, match="host"):
+        d.as_model_input(h, 100)
+    d.dvpp_free(a)
+    with pytest.raises(ascmem.InvalidArgumentError, match="live"):
+        d.as_model_input(a, 100)
+
+
+def test_reuse_refuses_a_start_not_128_aligned():
+    d = dev()
+    a = d.malloc(64)  # 64-byte aligned; may or may not be 128-aligned
+    b = d.malloc(64)
+    odd = a if a % 128 else b
+    if odd % 128:
+        with pytest.raises(ascmem.MisalignedError):
+            d.as_model_input(odd, 64)
+
+
+# ---- get_mem_info ----------------------------------------------------------------
+
+def test_get_mem_info_free_plus_used_is_total_at_every_step():
+    d = dev(free_os_memory=600 * MiB)
+    addrs = []
+    for i, (size, pol) in enumerate([(50 * MiB, 1), (1000, 2), (200 * MiB, 0), (120 * MiB, 1)]):
+        addrs.append(d.malloc(size, pol))
+        b = d.budget()
+        free, total = d.get_mem_info(MemAttr.DDR_MEM)
+        assert total - free == b["huge_used"] + b["normal_used"]
+        hf, ht = d.get_mem_info(MemAttr.DDR_MEM_HUGE)
+        assert ht - hf == b["huge_used"]
+        nf, nt = d.get_mem_info(MemAttr.DDR_MEM_NORMAL)
+        assert nt - nf == b["normal_used"]
+        assert hf >= 0 and nf >= 0
+
+
+def test_get_mem_info_missing_hardware_reports_zero():
+    assert dev().get_mem_info(MemAttr.HBM_MEM) == (0, 0)
+    assert dev("atlas-training").get_mem_info(MemAttr.DDR_MEM_HUGE) == (0, 0)
+    assert dev().get_mem_info(MemAttr.DDR_MEM_P2P_HUGE) == (0, 0)
+    assert dev("atlas-training").get_mem_info(MemAttr.HBM_MEM)[1] == 32 * GiB
+
+
+def test_get_mem_info_rejects_unknown_attribute():
+    with pytest.raises(ascmem.InvalidArgumentError):
+        dev().get_mem_info(99)
+
+
+# ---- precautions, devices, stats --------------------------------------------------------
+
+def test_precautions_per_product_and_mode():
+    inf = " ".join(dev().precautions())
+    assert "1940 MB" in inf and "EP mode" in inf and "Media" in inf
+    assert "RC mode" in " ".join(dev(mode="RC").precautions())
+    assert "AI CPU" in " ".join(dev("atlas-training").precautions())
+    assert "AI CPU" not in inf
+
+
+def test_mode_must_exist_on_the_product():
+    with pytest.raises(ascmem.UnsupportedError):
+        dev("atlas-training", mode="RC")
+
+
+def test_multi_device_ranges_and_budgets_are_disjoint():
+    d0, d1 = dev(device_id=0), dev(device_id=1)
+    a = d0.malloc(5 * MiB)
+    assert d1.budget()["huge_used"] == 0
+    for k in MemKind:
+        r0, r1 = d0.range_of(k), d1.range_of(k)
+        if r0 and r1:
+            assert r0[0] + r0[1] <= r1[0] or r1[0] + r1[1] <= r0[0]
+    with pytest.raises(ascmem.InvalidFreeError):
+        d1.free(a)
+
+
+def test_stats_and_snapshot():
+    d = dev()
+    a = d.malloc(100)
+    b = d.dvpp_malloc(5000)
+    s = d.stats()
+    assert s["normal"]["live_count"] == 1 and s["dvpp"]["live_count"] == 1
+    assert {"reserve", "reserve_used", "ep_growth", "aicpu_cache", "reused_bytes"} <= set(s["device"])
+    snap = d.snapshot()
+    assert [(x["address"], x["kind"], x["requested"]) for x in snap] == sorted(
+        [(a, MemKind.NORMAL, 160), (b, MemKind.DVPP, 5056)])
+
+
+def test_bad_pointers_to_a_device():
+    d = dev()
+    a = d.malloc(1000)
+    for bad in (a + 64, 12345, a + 1):
+        with pytest.raises(ascmem.InvalidFreeError):
+            d.free(bad)
+    d.free(a)
+    with pytest.raises(ascmem.InvalidFreeError):
+        d.free(a)
+    d.check()
