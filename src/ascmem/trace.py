@@ -1,0 +1,401 @@
+"""Allocation traces: load, save, record, replay, and the minimum capacity.
+
+Format (CSV, optionally gzip-compressed, detected by content): a header
+``op,id,size`` with optional further columns ``kind`` (huge, normal, dvpp, host)
+and ``policy`` (an aclrtMemMallocPolicy number); ``op`` is ``a`` (allocate) or
+``f`` (free); ``id`` pairs a free with its allocation.
+
+Efficiency = peak live bytes / minimum capacity: the share of the smallest arena
+that is actually holding requested bytes at the worst moment (1.0 is the limit).
+"""
+
+import csv
+import dataclasses
+import gzip
+import io
+import os
+import time
+
+from ascmem.errors import InvalidArgumentError, OutOfMemoryError
+
+KINDS = ("huge", "normal", "dvpp", "host")
+GRANULE = 64  # bytes: tlsfallocator works in these units, and Pool aligns to them
+
+
+class TraceError(InvalidArgumentError):
+    """A malformed trace; the message names the line."""
+
+
+@dataclasses.dataclass
+class Event:
+    op: str        # "a" or "f"
+    id: int
+    size: int      # for frees: the size of the block freed
+    kind: str = ""
+    policy: int = 0
+    line: int = 0
+
+
+class Trace:
+    """A list of events with the facts replays need."""
+
+    def __init__(self, events, name="trace"):
+        self.events = list(events)
+        self.name = name
+        self.has_kinds = any(e.kind for e in self.events)
+        self.has_policies = any(e.policy for e in self.events)
+
+    def __len__(self):
+        return len(self.events)
+
+    @property
+    def allocations(self):
+        return sum(1 for e in self.events if e.op == "a")
+
+    def peak_live(self):
+        live = peak = 0
+        for e in self.events:
+            live += e.size if e.op == "a" else -e.size
+            peak = max(peak, live)
+        return peak
+
+    def live_curve(self):
+        """Live requested bytes after each event, per kind ("" when no kinds)."""
+        live, out = {}, []
+        for e in self.events:
+            live[e.kind] = live.get(e.kind, 0) + (e.size if e.op == "a" else -e.size)
+            out.append(dict(live))
+        return out
+
+
+# ---- reading and writing ------------------------------------------------------------
+
+def _open_text(path_or_file):
+    if hasattr(path_or_file, "read"):
+        data = path_or_file.read()
+        name = getattr(path_or_file, "name", "trace")
+    else:
+        name = os.fspath(path_or_file)
+        try:
+            with open(name, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if isinstance(data, str):
+        return io.StringIO(data), name
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, gzip.BadGzipFile) as exc:
+            raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
+    try:
+        return io.StringIO(data.decode("utf-8")), name
+    except UnicodeDecodeError:
+        raise TraceError(f"{name}: not a text CSV file") from None
+
+
+def load(path_or_file):
+    """Reads a trace; any malformed line raises TraceError naming it."""
+    text, name = _open_text(path_or_file)
+    reader = csv.reader(text)
+    header = next(reader, None)
+    if not header or [h.strip() for h in header[:3]] != ["op", "id", "size"]:
+        raise TraceError(f"{name}:1: the header must start with op,id,size (got {header!r})")
+    cols = [h.strip() for h in header]
+    kind_col = cols.index("kind") if "kind" in cols else None
+    policy_col = cols.index("policy") if "policy" in cols else None
+    events, open_ids, seen = [], {}, set()
+    for lineno, row in enumerate(reader, start=2):
+        if not row or not "".join(row).strip():
+            continue
+        where = f"{name}:{lineno}"
+        if len(row) < 3:
+            raise TraceError(f"{where}: expected op,id,size, got {','.join(row)!r}")
+        op = row[0].strip()
+        try:
+            ident = int(row[1])
+        except ValueError:
+            raise TraceError(f"{where}: id {row[1]!r} is not an integer") from None
+        if op == "a":
+            try:
+                size = int(row[2])
+            except ValueError:
+                raise TraceError(f"{where}: size {row[2]!r} is not an integer") from None
+            if size <= 0:
+                raise TraceError(f"{where}: size must be positive (got {size})")
+            if ident in seen:
+                raise TraceError(f"{where}: id {ident} was allocated before (duplicate id)")
+            kind = row[kind_col].strip().lower() if kind_col is not None and kind_col < len(row) else ""
+            if kind and kind not in KINDS:
+                raise TraceError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+            policy = 0
+            if policy_col is not None and policy_col < len(row) and row[policy_col].strip():
+                try:
+                    policy = int(row[policy_col], 0)
+                except ValueError:
+                    raise TraceError(f"{where}: policy {row[policy_col]!r} is not an integer") from None
+            seen.add(ident)
+            ev = Event("a", ident, size, kind, policy, lineno)
+            open_ids[ident] = ev
+            events.append(ev)
+        elif op == "f":
+            alloc = open_ids.pop(ident, None)
+            if alloc is None:
+                raise TraceError(f"{where}: free of id {ident}, which is not live "
+                                 f"(never allocated, or freed twice)")
+            events.append(Event("f", ident, alloc.size, alloc.kind, alloc.policy, lineno))
+        else:
+            raise TraceError(f"{where}: unknown op {op!r} (expected 'a' or 'f')")
+    return Trace(events, name=os.path.basename(name))
+
+
+def save(trace, path):
+    """Writes a trace; gzip when the name ends in .gz."""
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with opener(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        extra = (["kind"] if trace.has_kinds else []) + (["policy"] if trace.has_policies else [])
+        w.writerow(["op", "id", "size"] + extra)
+        for e in trace.events:
+            row = [e.op, e.id, e.size if e.op == "a" else ""]
+            if trace.has_kinds:
+                row.append(e.kind if e.op == "a" else "")
+            if trace.has_policies:
+                row.append(e.policy if e.op == "a" else "")
+            w.writerow(row)
+
+
+# ---- recording ------------------------------------------------------------------------
+
+class Recorder:
+    """Wraps a Device, a Pool (or BuddyAllocator) and records every allocate
+    and free as it happens.  Use it in place of the target:
+
+        rec = Recorder(dev); p = rec.malloc(1000); rec.free(p); rec.trace()
+    """
+
+    _ALLOC = {"alloc": "", "malloc": "", "malloc_align32": "", "dvpp_malloc": "dvpp",
+              "malloc_host": "host"}
+    _FREE = ("free", "dvpp_free", "free_host")
+
+    def __init__(self, target):
+        self._target = target
+        self._events = []
+        self._ids = {}
+        self._next = 0
+        self._kinded = hasattr(target, "kind_of")
+
+    def __getattr__(self, name):
+        attr = getattr(self._target, name)
+        if name in self._ALLOC:
+            def alloc(size, *args, **kw):
+                ptr = attr(size, *args, **kw)
+                policy = int(args[0]) if args and name in ("malloc", "malloc_align32") else 0
+                kind = self._target.kind_of(ptr).name.lower() if self._kinded else ""
+                self._ids[ptr] = self._next
+                self._events.append(Event("a", self._next, int(size), kind, policy))
+                self._next += 1
+                return ptr
+            return alloc
+        if name in self._FREE:
+            def free(ptr, *args, **kw):
+                result = attr(ptr, *args, **kw)
+                ident = self._ids.pop(ptr)
+                first = next(e for e in self._events if e.id == ident and e.op == "a")
+                self._events.append(Event("f", ident, first.size, first.kind, first.policy))
+                return result
+            return free
+        return attr
+
+    def trace(self):
+        return Trace(self._events, name="recorded")
+
+    def save(self, path):
+        save(self.trace(), path)
+
+
+# ---- replay -------------------------------------------------------------------------------
+
+class _TlsfAdapter:
+    """tlsfallocator (OffsetAllocator) over the same bytes, in 64-byte units."""
+
+    def __init__(self, capacity):
+        import TLSFAllocator
+        units = capacity // GRANULE
+        if units >= 1 << 32:
+            raise InvalidArgumentError("tlsfallocator manages at most 2^32 units")
+        self._a = TLSFAllocator.OffsetAllocator(units, 1 << 20)
+        self._live = {}
+        self.capacity = capacity
+
+    def alloc(self, size, align=GRANULE):
+        got = self._a.allocate((size + GRANULE - 1) // GRANULE)
+        if got.offset == 0xFFFFFFFF:
+            raise OutOfMemoryError(f"tlsfallocator: no room for {size} bytes")
+        addr = got.offset * GRANULE
+        self._live[addr] = got
+        return addr
+
+    def free(self, addr):
+        self._a.free(self._live.pop(addr))
+
+
+def tlsf_available():
+    try:
+        import TLSFAllocator  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+ALLOCATORS = ("pool", "buddy", "tlsf")
+
+
+def make_allocator(name, capacity):
+    """An allocator over [0, capacity) by name: pool, buddy, tlsf."""
+    import ascmem
+    base = 1 << 32  # any aligned base works; 0 is avoided so that 0 is never a block
+    if name == "pool":
+        return ascmem.Pool(capacity, base=base)
+    if name == "buddy":
+        return ascmem.BuddyAllocator(capacity, base=base)
+    if name == "tlsf":
+        if not tlsf_available():
+            raise InvalidArgumentError("the tlsf allocator needs `pip install tlsfallocator`")
+        return _TlsfAdapter(capacity)
+    raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
+
+
+def _device_call(device, e):
+    if e.kind == "dvpp":
+        return device.dvpp_malloc, device.dvpp_free
+    if e.kind == "host":
+        return device.malloc_host, device.free_host
+    policy = e.policy
+    if e.kind == "huge" and not policy:
+        policy = 1  # HUGE_ONLY: the trace says the block sat in huge pages
+    elif e.kind == "normal" and not policy:
+        policy = 2
+    return (lambda size: device.malloc(size, policy)), device.free
+
+
+def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progress=None):
+    """Plays a trace through an allocator: a name (pool, buddy, tlsf) with a
+    capacity, or any object with alloc/free (a Pool, a BuddyAllocator, a
+    reference allocator), or a Device (kinds and policies honoured).
+
+    Returns a report: peak_live, peak_used (bytes held by blocks at the worst
+    moment, after rounding), failures, first_failure, per-kind peaks,
+    operations per second, and a per-event footprint when asked."""
+    import ascmem
+    if isinstance(allocator, str):
+        if capacity is None:
+            raise InvalidArgumentError("replay by allocator name needs a capacity")
+        allocator = make_allocator(allocator, capacity)
+    is_device = isinstance(allocator, ascmem.Device)
+    usable = getattr(allocator, "usable_size", None)
+    live, sizes_used = {}, {}
+    live_bytes = used_bytes = peak_live = peak_used = 0
+    kind_live, kind_peak = {}, {}
+    failures, first_failure = 0, None
+    curve_live, curve_used = [], []
+    t0 = time.perf_counter()
+    for i, e in enumerate(trace.events):
+        if e.op == "a":
+            try:
+                if is_device:
+                    alloc, _ = _device_call(allocator, e)
+                    ptr = alloc(e.size)
+                    got = allocator.usable_size(ptr)
+                else:
+                    ptr = allocator.alloc(e.size, GRANULE)
+                    got = usable(ptr) if usable else (e.size + GRANULE - 1) // GRANULE * GRANULE
+            except OutOfMemoryError as exc:
+                failures += 1
+                if first_failure is None:
+                    first_failure = {"event": i, "line": e.line, "id": e.id, "size": e.size,
+                                     "kind": e.kind, "error": str(exc)}
+                if stop_at_failure:
+                    break
+                continue
+            live[e.id] = ptr
+            sizes_used[e.id] = got
+            live_bytes += e.size
+            used_bytes += got
+            kind_live[e.kind] = kind_live.get(e.kind, 0) + e.size
+            kind_peak[e.kind] = max(kind_peak.get(e.kind, 0), kind_live[e.kind])
+            peak_live = max(peak_live, live_bytes)
+            peak_used = max(peak_used, used_bytes)
+        else:
+            ptr = live.pop(e.id, None)
+            if ptr is None:  # its allocation failed
+                continue
+            if is_device:
+                _device_call(allocator, e)[1](ptr)
+            else:
+                allocator.free(ptr)
+            live_bytes -= e.size
+            used_bytes -= sizes_used.pop(e.id)
+            kind_live[e.kind] -= e.size
+        if progress is not None:
+            curve_live.append(dict(kind_live))
+            curve_used.append(used_bytes)
+            if i % 4096 == 0:
+                progress(i, len(trace.events))
+    elapsed = time.perf_counter() - t0
+    report = {
+        "trace": trace.name, "events": len(trace.events), "allocations": trace.allocations,
+        "peak_live": peak_live, "peak_used": peak_used, "failures": failures,
+        "first_failure": first_failure, "ops_per_sec": len(trace.events) / elapsed if elapsed else 0.0,
+        "seconds": elapsed,
+    }
+    if trace.has_kinds:
+        report["per_kind_peak_live"] = {k: v for k, v in kind_peak.items()}
+    if progress is not None:
+        report["curve_live"] = curve_live
+        report["curve_used"] = curve_used
+    # give everything back so that a caller's allocator is left as it was
+    for ident, ptr in live.items():
+        if is_device:
+            _device_call(allocator, next(e for e in trace.events if e.id == ident))[1](ptr)
+        else:
+            allocator.free(ptr)
+    return report
+
+
+def fits(trace, allocator, capacity):
+    """True when the whole trace replays with no failure in capacity bytes."""
+    if callable(allocator) and not isinstance(allocator, str):
+        a = allocator(capacity)
+    else:
+        a = make_allocator(allocator, capacity)
+    return replay(trace, a, stop_at_failure=True)["failures"] == 0
+
+
+def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
+    """The smallest capacity (a multiple of resolution) in which the trace
+    replays with no failure, by bisection.  allocator: a name, or a callable
+    capacity -> allocator object."""
+    peak = trace.peak_live()
+    lo = max(resolution, peak // resolution * resolution)  # below peak_live nothing fits
+    if hi is None:
+        hi = max(lo * 2, resolution)
+        while not fits(trace, allocator, hi):
+            lo, hi = hi, hi * 2
+            if hi > 1 << 40:
+                raise OutOfMemoryError("the trace does not fit in 1 TiB")
+    # invariant: hi fits; lo may not
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2 // resolution * resolution
+        if fits(trace, allocator, mid):
+            hi = mid
+        else:
+            lo = mid
+    if fits(trace, allocator, lo):
+        return lo
+    return hi
+
+
+def efficiency(trace, allocator="pool", resolution=64 * 1024):
+    cap = min_capacity(trace, allocator, resolution)
+    return trace.peak_live() / cap, cap
