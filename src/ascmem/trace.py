@@ -146,7 +146,10 @@ def load(path_or_file):
             events.append(Event("f", ident, alloc.size, alloc.kind, alloc.policy, lineno))
         else:
             raise TraceError(f"{where}: unknown op {op!r} (expected 'a' or 'f')")
-    return Trace(events, name=os.path.basename(name))
+    base = os.path.basename(name)
+    for ext in (".gz", ".csv"):
+        base = base[: -len(ext)] if base.endswith(ext) else base
+    return Trace(events, name=base)
 
 
 def save(trace, path):

@@ -1,0 +1,5 @@
+import sys
+
+from ascmem.cli import main
+
+sys.exit(main())

@@ -1,0 +1,256 @@
+"""The ``ascmem`` command: info, replay, fit, bench.
+
+Exit codes: 0 success; 1 the work ran but failed (a replay with allocation
+failures, an error while running); 2 bad usage or bad input (unknown model,
+malformed trace).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas-training",
+                  "many_small": "atlas-training"}
+
+
+def _mib(n):
+    if n >= 2**20:
+        return f"{n / 2**20:,.1f} MiB"
+    return f"{n / 2**10:,.1f} KiB" if n >= 2**10 else f"{n} B"
+
+
+def _example_path(name):
+    here = os.path.join(os.path.dirname(__file__), "examples")
+    path = os.path.join(here, f"{name}.csv.gz")
+    if not os.path.exists(path):
+        known = ", ".join(sorted(EXAMPLE_MODELS))
+        raise _Usage(f"unknown example {name!r}; known: {known}")
+    return path
+
+
+class _Usage(Exception):
+    """A usage error: exit code 2."""
+
+
+def _load(args):
+    from ascmem import trace
+    if getattr(args, "example", None):
+        if args.trace:
+            raise _Usage("give a trace file or --example, not both")
+        return trace.load(_example_path(args.example))
+    if not args.trace:
+        raise _Usage("give a trace file or --example NAME")
+    return trace.load(args.trace)
+
+
+def _table(rows, header):
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                             for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(out)
+
+
+# ---- info ---------------------------------------------------------------------------------
+
+def cmd_info(args):
+    import ascmem
+    from ascmem import MemAttr, profiles
+    prof = profiles.get(args.model)
+    dev = ascmem.Device(prof.name, mode=args.mode)
+    b = dev.budget()
+    print(f"{prof.title}  [{prof.name}; aliases: {', '.join(prof.aliases) or '-'}]")
+    rows = [
+        ("memory type", prof.memory_type),
+        ("device memory", _mib(prof.memory)),
+        ("free OS memory", _mib(prof.free_os_memory)),
+        ("mode", f"{dev.mode} (modes: {', '.join(prof.modes)})"),
+        ("huge-page reserve", _mib(b["reserve"]) if b["reserve"] else "none"),
+        ("huge pages grow", "yes" if b["huge_grows"] else "no (RC: the reserve is the limit)"),
+        ("AI CPU operator cache", f"{_mib(prof.aicpu_cache[0])} - {_mib(prof.aicpu_cache[1])}"
+         if prof.aicpu_cache[1] else "none"),
+        ("first-job system package", _mib(prof.first_job_package) if prof.first_job_package else "none"),
+        ("media (DVPP) window", _mib(prof.media_window)),
+        ("P2P policies", "supported" if prof.p2p else "not supported"),
+        ("1 GiB huge pages", "supported" if prof.huge1g else "not supported"),
+    ]
+    print(_table(rows, ("property", "value")))
+    print()
+    mem = "HBM" if prof.memory_type == "HBM" else "DDR"
+    rows = []
+    for name in ("MEM", "MEM_HUGE", "MEM_NORMAL"):
+        attr = MemAttr[f"{mem}_{name}"]
+        free, total = dev.get_mem_info(attr)
+        rows.append((attr.name, _mib(free), _mib(total)))
+    print(_table(rows, ("aclrtGetMemInfo", "free", "total")))
+    print("\nPrecautions:")
+    for text in dev.precautions():
+        print(f"  - {text}")
+    return 0
+
+
+# ---- replay -------------------------------------------------------------------------------
+
+def _progress_printer():
+    if not sys.stdout.isatty():
+        return None
+
+    def show(i, n):
+        sys.stderr.write(f"\r  replaying {i * 100 // max(n, 1):3d}%")
+        sys.stderr.flush()
+    return show
+
+
+def cmd_replay(args):
+    import ascmem
+    from ascmem import trace as tr
+    t = _load(args)
+    model = args.model or EXAMPLE_MODELS.get(args.example or "", "atlas-inference")
+    want_curve = bool(args.plot)
+    progress = _progress_printer()
+    if want_curve and progress is None:
+        progress = (lambda i, n: None)
+    if args.allocator == "device":
+        target = ascmem.Device(model, mode=args.mode)
+        where = f"{target.profile.name} {target.mode} (sim backend)"
+    else:
+        cap = args.capacity or max(4 * t.peak_live(), 1 << 20) // (1 << 20) * (1 << 20)
+        target = tr.make_allocator(args.allocator, cap)
+        where = f"{args.allocator} of {_mib(cap)}"
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ascmem.PrecautionWarning)
+        report = tr.replay(t, target, progress=progress)
+    if progress is not None and sys.stdout.isatty():
+        sys.stderr.write("\r" + " " * 24 + "\r")
+    if args.allocator == "device":
+        report["device"] = target.budget()
+        report["precaution_warnings"] = sorted({str(w.message) for w in caught})
+    if args.plot:
+        from ascmem import plot
+        plot.replay_plot(t, report, args.plot, title=f"{t.name} on {where}")
+    curves = (report.pop("curve_live", None), report.pop("curve_used", None))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 1 if report["failures"] else 0
+    print(f"ascmem replay: {t.name}: {report['events']:,} events, "
+          f"{report['allocations']:,} allocations on {where}")
+    rows = []
+    for kind, peak in sorted(report.get("per_kind_peak_live", {}).items()):
+        rows.append((f"peak live, {kind or 'all'}", _mib(peak)))
+    rows += [
+        ("peak live, all kinds", _mib(report["peak_live"])),
+        ("peak held (after rounding)" if args.allocator != "device" else
+         "peak held (CANN-rounded)", _mib(report["peak_used"])),
+        ("failures", f"{report['failures']:,}"),
+        ("speed", f"{report['ops_per_sec'] / 1e6:.2f} M events/s"),
+    ]
+    if args.allocator == "device":
+        b = report["device"]
+        rows += [
+            ("device peak, huge pages", _mib(b["peak_huge"])),
+            ("device peak, normal pages", _mib(b["peak_normal"])),
+            ("huge-page reserve", _mib(b["reserve"]) if b["reserve"] else "none"),
+        ]
+    print(_table(rows, ("measure", "value")))
+    if report["first_failure"]:
+        f = report["first_failure"]
+        print(f"first failure: event {f['event']} (line {f['line']}), id {f['id']}, "
+              f"{f['size']:,} bytes {f['kind']}: {f['error']}")
+    for w in report.get("precaution_warnings", []):
+        print(f"precaution: {w}")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 1 if report["failures"] else 0
+
+
+# ---- fit ----------------------------------------------------------------------------------
+
+def cmd_fit(args):
+    from ascmem import trace as tr
+    t = _load(args)
+    names = args.allocator or [a for a in tr.ALLOCATORS if a != "tlsf" or tr.tlsf_available()]
+    peak = t.peak_live()
+    rows = []
+    for name in names:
+        cap = tr.min_capacity(t, name, resolution=args.resolution)
+        rows.append((name, _mib(cap), f"{peak / cap:.3f}"))
+    print(f"ascmem fit: {t.name}: peak live {_mib(peak)}; smallest arena that replays the "
+          f"whole trace, found by bisection to {args.resolution // 1024} KiB")
+    print(_table(rows, ("allocator", "min capacity", "efficiency")))
+    return 0
+
+
+# ---- bench --------------------------------------------------------------------------------
+
+def cmd_bench(args):
+    from ascmem import bench
+    return bench.main(["--quick"] if args.quick else [])
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="ascmem", description="Plan and compare Ascend device memory with the ascmem "
+        "allocator, no hardware needed.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    s = sub.add_parser("info", help="a product's memory profile, budgets and precautions")
+    s.add_argument("--model", default="atlas-inference", help="product profile (default: %(default)s)")
+    s.add_argument("--mode", default=None, help="EP or RC (default: the product's first)")
+    s.set_defaults(func=cmd_info)
+
+    def trace_args(s):
+        s.add_argument("trace", nargs="?", help="trace file (CSV op,id,size[,kind,policy], .gz ok)")
+        s.add_argument("--example", help="a shipped workload: " + ", ".join(sorted(EXAMPLE_MODELS)))
+
+    s = sub.add_parser("replay", help="play a trace through a device or an allocator")
+    trace_args(s)
+    s.add_argument("--model", help="product profile for the device (default: the example's, "
+                   "else atlas-inference)")
+    s.add_argument("--mode", default=None, help="EP or RC")
+    s.add_argument("--allocator", default="device", choices=["device", "pool", "buddy", "tlsf"],
+                   help="what to replay through (default: %(default)s)")
+    s.add_argument("--capacity", type=int, help="bytes, for --allocator pool/buddy/tlsf "
+                   "(default: 4 x peak live)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--plot", metavar="FILE.png", help="write live bytes per kind over time")
+    s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("fit", help="minimum capacity and efficiency per allocator")
+    trace_args(s)
+    s.add_argument("--allocator", action="append", choices=["pool", "buddy", "tlsf"],
+                   help="repeat to compare several (default: all available)")
+    s.add_argument("--resolution", type=int, default=64 * 1024,
+                   help="bisection step in bytes (default: %(default)s)")
+    s.set_defaults(func=cmd_fit)
+
+    s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
+    s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None):
+    from ascmem.errors import AscmemError, InvalidArgumentError
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except _Usage as exc:
+        parser.error(str(exc))
+    except InvalidArgumentError as exc:
+        print(f"ascmem: error: {exc}", file=sys.stderr)
+        return 2
+    except (AscmemError, OSError, ImportError) as exc:
+        print(f"ascmem: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
