@@ -3,7 +3,6 @@
 #include "internal.h"
 
 #include <sched.h>
-
 void ascm_lock_slow(ascm_lock *l) {
     for (unsigned spins = 0;; spins++) {
         if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&

@@ -24,6 +24,12 @@ static inline unsigned ascm_log2_floor(uint64_t x) { return 63u - (unsigned)__bu
 static inline unsigned ascm_log2_ceil(uint64_t x) { return x <= 1 ? 0 : ascm_log2_floor(x - 1) + 1; }
 static inline int ascm_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
+/* Zeroed arrays sized by the range (one entry per unit or page): mapped
+ * lazily, so untouched parts cost nothing, and on transparent huge pages
+ * where the OS has them, since lookups land all over them. */
+void *ascm_zalloc_big(size_t bytes);
+void ascm_free_big(void *p, size_t bytes);
+
 /* Formats a message for check(); always returns ASCM_ERR_CORRUPT. */
 int ascm_fail(char *msg, size_t msglen, const char *fmt, ...);
 

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 
 static uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
+    if (!p->page_refs) { /* pages no larger than units: no page is ever shared */
+        p->pages_in_use += bytes >> p->pshift;
+        return bytes >> p->pshift;
+    }
     uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
     uint64_t added = last > first + 1 ? last - first - 1 : 0;
     if (p->page_refs[first]++ == 0) added++;
@@ -20,6 +24,10 @@ static uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
 }
 
 static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
+    if (!p->page_refs) {
+        p->pages_in_use -= bytes >> p->pshift;
+        return bytes >> p->pshift;
+    }
     uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
     uint64_t dropped = last > first + 1 ? last - first - 1 : 0;
     if (--p->page_refs[first] == 0) dropped++;
@@ -79,10 +87,9 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
         free(p);
         return ASCM_ERR_INVAL;
     }
-    /* calloc of large arrays maps zero pages lazily: untouched ranges cost nothing */
-    p->owner = calloc(nunits, sizeof *p->owner);
-    p->page_refs = calloc(p->npages, sizeof *p->page_refs);
-    if (!p->owner || !p->page_refs || ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
+    p->owner = ascm_zalloc_big(nunits * sizeof *p->owner);
+    if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
+    if (!p->owner || (page > gran && !p->page_refs) || ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
         ascm_pool_destroy(p);
         return ASCM_ERR_HOSTMEM;
     }
@@ -95,8 +102,8 @@ void ascm_pool_destroy(ascm_pool *p) {
     if (!p) return;
     ascm_slab_release_all(p);
     ascm_fit_destroy(&p->fit);
-    free(p->owner);
-    free(p->page_refs);
+    ascm_free_big(p->owner, (p->size >> p->gshift) * sizeof *p->owner);
+    if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
     free(p);
 }
 
@@ -265,7 +272,8 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->page_size = p->page_size;
     st->slab_bytes = p->slab_bytes;
     st->metadata_bytes = sizeof *p + (p->size >> p->gshift) * sizeof *p->owner +
-                         p->npages * sizeof *p->page_refs + p->fit.ncap * sizeof *p->fit.nodes +
+                         (p->page_refs ? p->npages * sizeof *p->page_refs : 0) +
+                         p->fit.ncap * sizeof *p->fit.nodes +
                          ascm_slab_metadata_bytes(p);
     ascm_lock_release(&p->lock);
 }
@@ -276,7 +284,7 @@ void ascm_pool_reset(ascm_pool *p) {
     ascm_slab_release_all(p);
     ascm_fit_reset(&p->fit);
     memset(p->owner, 0, (p->size >> p->gshift) * sizeof *p->owner);
-    memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
+    if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = 0;
@@ -321,9 +329,13 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         }
         uint64_t off = n->off << p->gshift, len = n->len << p->gshift;
         uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
-        refs[first]++;
-        if (last != first) refs[last]++;
-        pages += last > first + 1 ? last - first - 1 : 0;
+        if (p->page_refs) {
+            refs[first]++;
+            if (last != first) refs[last]++;
+            pages += last > first + 1 ? last - first - 1 : 0;
+        } else {
+            pages += len >> p->pshift;
+        }
         if (head & ASCM_SLAB_TAG) {
             for (uint64_t u = n->off; u < n->off + n->len; u++)
                 if (p->owner[u] != head) {
@@ -347,7 +359,7 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
             requested += n->requested;
         }
     }
-    for (uint64_t pg = 0; pg < p->npages && st == ASCM_OK; pg++) {
+    for (uint64_t pg = 0; p->page_refs && pg < p->npages && st == ASCM_OK; pg++) {
         if (refs[pg] != p->page_refs[pg])
             st = ascm_fail(msg, msglen, "page %llu reference count is wrong", (unsigned long long)pg);
         pages += refs[pg] != 0;

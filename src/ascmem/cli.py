@@ -173,6 +173,8 @@ def cmd_fit(args):
     from ascmem import trace as tr
     t = _load(args)
     names = args.allocator or [a for a in tr.ALLOCATORS if a != "tlsf" or tr.tlsf_available()]
+    if args.allocator is None and not tr.tlsf_available():
+        print("(tlsf skipped: pip install tlsfallocator to compare with it)", file=sys.stderr)
     peak = t.peak_live()
     rows = []
     for name in names:
@@ -212,7 +214,8 @@ def build_parser():
     s.add_argument("--model", help="product profile for the device (default: the example's, "
                    "else atlas-inference)")
     s.add_argument("--mode", default=None, help="EP or RC")
-    s.add_argument("--allocator", default="device", choices=["device", "pool", "buddy", "tlsf"],
+    s.add_argument("--allocator", default="device",
+                   choices=["device", "pool", "buddy", "tlsf", "bestfit"],
                    help="what to replay through (default: %(default)s)")
     s.add_argument("--capacity", type=int, help="bytes, for --allocator pool/buddy/tlsf "
                    "(default: 4 x peak live)")
@@ -222,7 +225,7 @@ def build_parser():
 
     s = sub.add_parser("fit", help="minimum capacity and efficiency per allocator")
     trace_args(s)
-    s.add_argument("--allocator", action="append", choices=["pool", "buddy", "tlsf"],
+    s.add_argument("--allocator", action="append", choices=["pool", "buddy", "tlsf", "bestfit"],
                    help="repeat to compare several (default: all available)")
     s.add_argument("--resolution", type=int, default=64 * 1024,
                    help="bisection step in bytes (default: %(default)s)")

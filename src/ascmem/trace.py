@@ -251,17 +251,20 @@ def tlsf_available():
     return True
 
 
-ALLOCATORS = ("pool", "buddy", "tlsf")
+ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit")
 
 
 def make_allocator(name, capacity):
-    """An allocator over [0, capacity) by name: pool, buddy, tlsf."""
+    """An allocator of capacity bytes by name: pool, buddy, tlsf, bestfit."""
     import ascmem
     base = 1 << 32  # any aligned base works; 0 is avoided so that 0 is never a block
     if name == "pool":
         return ascmem.Pool(capacity, base=base)
     if name == "buddy":
         return ascmem.BuddyAllocator(capacity, base=base)
+    if name == "bestfit":
+        from ascmem.reference import BestFit
+        return BestFit(capacity)
     if name == "tlsf":
         if not tlsf_available():
             raise InvalidArgumentError("the tlsf allocator needs `pip install tlsfallocator`")

@@ -1,10 +1,14 @@
 """Best fit with immediate coalescing: the classic fragmentation champion,
-written plainly as a reference peer for frugality (slow is fine).
+written plainly in Python as a reference peer for frugality (slow is fine).
+It lives in the package so that `ascmem fit --allocator bestfit` and
+`ascmem bench` can compare against it anywhere.
 
 Free blocks are kept in a list sorted by (size, offset); allocation takes the
 smallest free block that fits (lowest address among equals), splits off the
 rest; free merges with both neighbours at once."""
 import bisect
+
+from ascmem.errors import OutOfMemoryError
 
 GRANULE = 64
 
@@ -30,7 +34,6 @@ class BestFit:
         bisect.insort(self.by_size, (size, off))
 
     def alloc(self, size, align=GRANULE):
-        from ascmem import OutOfMemoryError
         need = (size + self.granule - 1) // self.granule * self.granule
         i = bisect.bisect_left(self.by_size, (need, -1))
         if i == len(self.by_size):
