@@ -141,11 +141,12 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *out) 
         if (b2 == ASCM_FIT_BINS) return ASCM_ERR_NOMEM;
         x = best_in_bin(f, b2, need);
     }
-    /* Two spare nodes for the splits below, taken before touching the lists. */
-    uint32_t head_node, tail_node;
-    if (node_new(f, &head_node) != ASCM_OK) return ASCM_ERR_HOSTMEM;
-    if (node_new(f, &tail_node) != ASCM_OK) {
-        node_recycle(f, head_node);
+    /* Spare nodes for the splits below, taken before touching the lists
+     * (node_new may move the node array).  A head gap needs alignment. */
+    uint32_t head_node = ASCM_NODE_NONE, tail_node;
+    if (node_new(f, &tail_node) != ASCM_OK) return ASCM_ERR_HOSTMEM;
+    if (align_units > 1 && node_new(f, &head_node) != ASCM_OK) {
+        node_recycle(f, tail_node);
         return ASCM_ERR_HOSTMEM;
     }
     bin_remove(f, x);
@@ -163,7 +164,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *out) 
         blk->len -= h->len;
         blk->off = start;
         bin_insert(f, head_node);
-    } else {
+    } else if (head_node) {
         node_recycle(f, head_node);
     }
     blk = &f->nodes[x];

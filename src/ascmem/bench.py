@@ -1,0 +1,170 @@
+"""Side-by-side comparison of ascmem and its peers, measured in one run.
+
+    ascmem bench            (also: python benchmarks/compare.py)
+    ascmem bench --quick    tiny counts, a smoke run
+
+Speed: median ns per allocate+free pair from Python, for ascmem's Pool,
+BuddyAllocator and Device, the PyPI package tlsfallocator (OffsetAllocator) and
+the floor (NoopPool: a Cython method pair that does nothing).  Ratios are to
+the floor and to tlsfallocator, measured in the same process, so machine speed
+and noise cancel as far as they can.  Batch calls, the C core (built on the
+spot when a C compiler is there) and the frugality of each allocator on the
+recorded trace and the shipped examples follow.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import timeit
+
+import numpy as np
+
+import ascmem
+from ascmem import trace as tr
+from ascmem._core import NoopPool
+
+MiB = 1 << 20
+SIZES = (64, 4096, MiB, 64 * MiB)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _median_ns(stmt, env, number, repeat):
+    runs = timeit.repeat(stmt, globals=env, number=number, repeat=repeat)
+    return statistics.median(runs) / number * 1e9
+
+
+def python_pairs(number, repeat):
+    """Median ns per alloc+free pair; one dict per (allocator, size)."""
+    pool = ascmem.Pool(1 << 30, base=1 << 32)
+    buddy = ascmem.BuddyAllocator(1 << 30, base=1 << 32)
+    dev = ascmem.Device("atlas-training")
+    floor = NoopPool()
+    env = {"pool": pool, "buddy": buddy, "dev": dev, "floor": floor}
+    peers = [("floor (NoopPool)", "floor.free(floor.alloc({n}))"),
+             ("ascmem Pool", "pool.free(pool.alloc({n}))"),
+             ("ascmem BuddyAllocator", "buddy.free(buddy.alloc({n}))"),
+             ("ascmem Device.malloc", "dev.free(dev.malloc({n}))")]
+    if tr.tlsf_available():
+        import TLSFAllocator
+        env["tlsf"] = TLSFAllocator.OffsetAllocator(1 << 30, 1 << 17)
+        peers.append(("tlsfallocator", "tlsf.free(tlsf.allocate({n}))"))
+    rows = []
+    # interleave peers per size so that drifts in machine speed hit them alike
+    for n in SIZES:
+        for name, stmt in peers:
+            rows.append({"peer": name, "size": n,
+                         "ns": _median_ns(stmt.format(n=n), env, number, repeat)})
+    return rows
+
+
+def batch_pairs(count, repeat):
+    """ns per pair for alloc_many + free_many of count mixed sizes
+    (log-uniform 64 B - 4 MiB, the C benchmark's distribution)."""
+    rng = np.random.default_rng(1)
+    sizes = np.exp(rng.uniform(np.log(64), np.log(4 * MiB), size=count)).astype(np.uint64)
+    pool = ascmem.Pool(64 << 30, base=1 << 40)
+    env = {"pool": pool, "sizes": sizes}
+    return _median_ns("pool.free_many(pool.alloc_many(sizes))", env, 1, repeat) / count
+
+
+def c_core(runs):
+    """Runs benchmarks/c/bench_core.c when the source tree and a C compiler are
+    here; returns {'steady': ns, 'lifo': ns} or None."""
+    root = os.path.normpath(os.path.join(HERE, "..", ".."))
+    src = os.path.join(root, "benchmarks", "c", "bench_core.c")
+    csrc = os.path.join(root, "csrc")
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if not (os.path.exists(src) and os.path.isdir(csrc) and cc):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "bench_core")
+        cfiles = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".c"))
+        subprocess.run([cc, "-O3", "-std=gnu11", "-I", csrc, "-o", exe, src, *cfiles, "-lm"],
+                       check=True)
+        cmd = [exe, str(runs)]
+        if shutil.which("taskset"):
+            cmd = ["taskset", "-c", "0"] + cmd
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    vals = dict(line.split() for line in out.strip().splitlines())
+    return {"steady": float(vals["steady_ns_per_pair"]), "lifo": float(vals["lifo_ns_per_pair"])}
+
+
+def frugality(traces, names, resolution):
+    rows = []
+    for t in traces:
+        peak = t.peak_live()
+        row = {"trace": t.name, "peak_live": peak}
+        for name in names:
+            cap = tr.min_capacity(t, name, resolution=resolution)
+            row[name] = peak / cap
+        rows.append(row)
+    return rows
+
+
+def _traces(quick):
+    shared = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "traces",
+                                           "pipeline.csv.gz"))
+    out = []
+    if os.path.exists(shared):
+        out.append(tr.load(shared))
+    for name in ("video_pipeline", "batch_inference", "many_small"):
+        out.append(tr.load(os.path.join(HERE, "examples", f"{name}.csv.gz")))
+    if quick:
+        out = out[1:3]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ascmem bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
+    ap.add_argument("--no-c", action="store_true", help="skip the C core benchmark")
+    args = ap.parse_args(argv)
+    number, repeat = (2000, 3) if args.quick else (200_000, 9)
+    print(f"ascmem {ascmem.__version__} bench; python {sys.version.split()[0]}; "
+          f"{os.cpu_count()} CPUs; medians of {repeat} runs")
+
+    rows = python_pairs(number, repeat)
+    floor = {r["size"]: r["ns"] for r in rows if r["peer"].startswith("floor")}
+    tlsf = {r["size"]: r["ns"] for r in rows if r["peer"] == "tlsfallocator"}
+    pool = {r["size"]: r["ns"] for r in rows if r["peer"] == "ascmem Pool"}
+    print("\nalloc+free pair from Python, median ns (ratio to the floor; to tlsfallocator)")
+    print(f"{'peer':24s}" + "".join(f"{_size(n):>26s}" for n in SIZES))
+    for peer in dict.fromkeys(r["peer"] for r in rows):
+        cells = []
+        for n in SIZES:
+            ns = next(r["ns"] for r in rows if r["peer"] == peer and r["size"] == n)
+            t = f"; {ns / tlsf[n]:.2f}x" if n in tlsf else ""
+            cells.append(f"{ns:8.1f} ({ns / floor[n]:.2f}x{t})")
+        print(f"{peer:24s}" + "".join(f"{c:>26s}" for c in cells))
+    dev = {r["size"]: r["ns"] for r in rows if r["peer"] == "ascmem Device.malloc"}
+    print("Device pair / Pool pair: " + ", ".join(f"{_size(n)} {dev[n] / pool[n]:.2f}x" for n in SIZES))
+
+    count = 2000 if args.quick else 100_000
+    batch = batch_pairs(count, 3 if args.quick else 7)
+    print(f"\nalloc_many + free_many of {count:,} mixed sizes: {batch:.1f} ns per pair")
+    core = None if args.no_c else c_core(1 if args.quick else 7)
+    if core:
+        print(f"C core (no Python), median ns per pair: steady state {core['steady']:.1f}, "
+              f"LIFO {core['lifo']:.1f}; batch / C steady = {batch / core['steady']:.2f}x")
+
+    names = ["pool", "buddy", "bestfit"] + (["tlsf"] if tr.tlsf_available() else [])
+    resolution = (1 << 20) if args.quick else 64 * 1024
+    print(f"\nefficiency = peak live / smallest arena that replays the trace "
+          f"(bisection to {resolution // 1024} KiB; higher is better)")
+    print(f"{'trace':18s}{'peak live':>12s}" + "".join(f"{n:>10s}" for n in names))
+    for r in frugality(_traces(args.quick), names, resolution):
+        print(f"{r['trace']:18s}{r['peak_live'] / MiB:9.1f} MiB" +
+              "".join(f"{r[n]:10.3f}" for n in names))
+    return 0
+
+
+def _size(n):
+    return f"{n // MiB} MiB" if n >= MiB else (f"{n // 1024} KiB" if n >= 1024 else f"{n} B")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The ascmem command, run as a subprocess."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "ascmem", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_replay_example_is_the_main_job():
+    r = run("replay", "--example", "video_pipeline")
+    assert r.returncode == 0, r.stderr
+    assert "peak live, dvpp" in r.stdout and "failures" in r.stdout
+
+
+def test_replay_json():
+    r = run("replay", "--example", "batch_inference", "--json")
+    assert r.returncode == 0
+    rep = json.loads(r.stdout)
+    assert rep["failures"] == 0 and rep["peak_live"] > 0
+
+
+def test_replay_with_failures_exits_1(tmp_path):
+    t = tmp_path / "t.csv"
+    t.write_text("op,id,size\na,1,1048576\na,2,1048576\n")
+    r = run("replay", str(t), "--allocator", "pool", "--capacity", str(1 << 20))
+    assert r.returncode == 1 and "first failure" in r.stdout
+
+
+def test_info():
+    r = run("info", "--model", "atlas-training")
+    assert r.returncode == 0 and "AI CPU" in r.stdout and "HBM_MEM" in r.stdout
+
+
+def test_fit_side_by_side():
+    r = run("fit", "--example", "batch_inference", "--allocator", "pool", "--allocator", "buddy",
+            "--resolution", str(1 << 20))
+    assert r.returncode == 0 and "pool" in r.stdout and "buddy" in r.stdout
+
+
+@pytest.mark.parametrize("args,code,text", [
+    (("info", "--model", "atlas-9000"), 2, "unknown product"),
+    (("replay", "--example", "nope"), 2, "unknown example"),
+    (("replay",), 2, "give a trace"),
+    (("frobnicate",), 2, "invalid choice"),
+])
+def test_errors_are_one_clear_line(args, code, text):
+    r = run(*args)
+    assert r.returncode == code and text in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_malformed_trace_exits_2(tmp_path):
+    t = tmp_path / "bad.csv"
+    t.write_text("op,id,size\nz,1,1\n")
+    r = run("replay", str(t))
+    assert r.returncode == 2 and "bad.csv:2" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_quick_smoke():
+    r = run("bench", "--quick")
+    assert r.returncode == 0, r.stderr
+    assert "efficiency" in r.stdout and "floor" in r.stdout
