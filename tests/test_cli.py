@@ -65,3 +65,11 @@ def test_bench_quick_smoke():
     r = run("bench", "--quick")
     assert r.returncode == 0, r.stderr
     assert "efficiency" in r.stdout and "floor" in r.stdout
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r.png"
+    r = run("replay", "--example", "batch_inference", "--plot", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -123,7 +123,7 @@ def cmd_replay(args):
     import warnings
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ascmem.PrecautionWarning)
-        report = tr.replay(t, target, progress=progress)
+        report = tr.replay(t, target, progress=progress, snapshot=args.snapshot)
     if progress is not None and sys.stdout.isatty():
         sys.stderr.write("\r" + " " * 24 + "\r")
     if args.allocator == "device":
@@ -132,7 +132,8 @@ def cmd_replay(args):
     if args.plot:
         from ascmem import plot
         plot.replay_plot(t, report, args.plot, title=f"{t.name} on {where}")
-    curves = (report.pop("curve_live", None), report.pop("curve_used", None))
+    for key in ("curve_live", "curve_used", "curve_used_label"):
+        report.pop(key, None)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 1 if report["failures"] else 0
@@ -164,7 +165,15 @@ def cmd_replay(args):
         print(f"precaution: {w}")
     if args.plot:
         print(f"plot written to {args.plot}")
+    if args.snapshot:
+        print(f"PyTorch memory snapshot written to {args.snapshot} "
+              f"(open it at https://pytorch.org/memory_viz)")
     return 1 if report["failures"] else 0
+
+
+def cmd_snapshot(args):
+    args.snapshot = args.output
+    return cmd_replay(args)
 
 
 # ---- fit ----------------------------------------------------------------------------------
@@ -221,7 +230,17 @@ def build_parser():
                    "(default: 4 x peak live)")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--plot", metavar="FILE.png", help="write live bytes per kind over time")
+    s.add_argument("--snapshot", metavar="FILE.pickle",
+                   help="write the device at the trace's end in PyTorch's memory-snapshot format")
     s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("snapshot", help="replay on a device, then write PyTorch's "
+                       "memory-snapshot pickle of it")
+    trace_args(s)
+    s.add_argument("--model", help="product profile (default: the example's, else atlas-inference)")
+    s.add_argument("--mode", default=None, help="EP or RC")
+    s.add_argument("-o", "--output", default="snapshot.pickle", help="(default: %(default)s)")
+    s.set_defaults(func=cmd_snapshot, allocator="device", capacity=None, json=False, plot=None)
 
     s = sub.add_parser("fit", help="minimum capacity and efficiency per allocator")
     trace_args(s)

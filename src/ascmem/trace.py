@@ -285,14 +285,17 @@ def _device_call(device, e):
     return (lambda size: device.malloc(size, policy)), device.free
 
 
-def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progress=None):
+def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progress=None,
+           snapshot=None):
     """Plays a trace through an allocator: a name (pool, buddy, tlsf) with a
     capacity, or any object with alloc/free (a Pool, a BuddyAllocator, a
     reference allocator), or a Device (kinds and policies honoured).
 
     Returns a report: peak_live, peak_used (bytes held by blocks at the worst
     moment, after rounding), failures, first_failure, per-kind peaks,
-    operations per second, and a per-event footprint when asked."""
+    operations per second, and a per-event footprint when asked.  With a
+    Device, ``snapshot`` (a path) writes PyTorch's memory-snapshot pickle of
+    the device as the trace ends, with the allocation history."""
     import ascmem
     if isinstance(allocator, str):
         if capacity is None:
@@ -305,6 +308,9 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     kind_live, kind_peak = {}, {}
     failures, first_failure = 0, None
     curve_live, curve_used = [], []
+    history = [] if snapshot else None
+    if snapshot and not is_device:
+        raise InvalidArgumentError("a snapshot needs a Device to replay through")
     t0 = time.perf_counter()
     for i, e in enumerate(trace.events):
         if e.op == "a":
@@ -326,6 +332,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
                 continue
             live[e.id] = ptr
             sizes_used[e.id] = got
+            if history is not None:
+                history.append(("alloc", ptr, got))
             live_bytes += e.size
             used_bytes += got
             kind_live[e.kind] = kind_live.get(e.kind, 0) + e.size
@@ -340,12 +348,18 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
                 _device_call(allocator, e)[1](ptr)
             else:
                 allocator.free(ptr)
+            if history is not None:
+                history.append(("free", ptr, sizes_used[e.id]))
             live_bytes -= e.size
             used_bytes -= sizes_used.pop(e.id)
             kind_live[e.kind] -= e.size
         if progress is not None:
             curve_live.append(dict(kind_live))
-            curve_used.append(used_bytes)
+            if is_device:  # the footprint that counts: pages charged to the device
+                b = allocator.budget()
+                curve_used.append(b["huge_used"] + b["normal_used"])
+            else:
+                curve_used.append(used_bytes)
             if i % 4096 == 0:
                 progress(i, len(trace.events))
     elapsed = time.perf_counter() - t0
@@ -360,6 +374,11 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     if progress is not None:
         report["curve_live"] = curve_live
         report["curve_used"] = curve_used
+        report["curve_used_label"] = "device pages in use" if is_device else "held after rounding"
+    if snapshot:
+        from ascmem.snapshot import save_torch
+        save_torch(allocator, snapshot, history)
+        report["snapshot"] = str(snapshot)
     # give everything back so that a caller's allocator is left as it was
     for ident, ptr in live.items():
         if is_device:

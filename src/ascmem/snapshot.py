@@ -1,0 +1,70 @@
+"""Device snapshots in PyTorch's memory-snapshot format, so that users read
+them with the tools they know: the pickle that ``torch.cuda.memory._snapshot()``
+produces (segments with their blocks, and per-device allocation traces), which
+https://pytorch.org/memory_viz and ``torch.cuda._memory_viz`` render.
+
+One segment per memory kind in use: from the kind's base to the end of its
+last live block, rounded up to the kind's page; gaps become inactive blocks.
+"""
+
+import pickle
+
+from ascmem.rules import MemKind
+
+_PAGE = {MemKind.HUGE: 2 << 20, MemKind.DVPP: 2 << 20, MemKind.HUGE1G: 1 << 30,
+         MemKind.NORMAL: 4096, MemKind.HOST: 4096}
+TRACE_MAX_ENTRIES = 10000  # PyTorch's default trace_alloc_max_entries
+
+
+def _block(addr, size, requested, state):
+    return {"address": addr, "size": size, "requested_size": requested, "state": state,
+            "frames": []}
+
+
+def to_torch(device, history=(), stream=0):
+    """The snapshot dict of a Device; ``history``: (action, addr, size) tuples,
+    action "alloc" or "free", oldest first (the last 10,000 are kept)."""
+    segments = []
+    by_kind = {}
+    for b in device.snapshot():
+        by_kind.setdefault(b["kind"], []).append(b)
+    for kind, blocks in sorted(by_kind.items()):
+        base, _ = device.range_of(kind)
+        page = _PAGE[kind]
+        end = max(b["address"] + b["size"] for b in blocks)
+        total = (end - base + page - 1) // page * page
+        out, at = [], base
+        for b in blocks:
+            if b["address"] > at:
+                out.append(_block(at, b["address"] - at, 0, "inactive"))
+            out.append(_block(b["address"], b["size"], b["requested"], "active_allocated"))
+            at = b["address"] + b["size"]
+        if base + total > at:
+            out.append(_block(at, base + total - at, 0, "inactive"))
+        active = sum(b["size"] for b in blocks)
+        segments.append({
+            "device": device.device_id, "address": base, "total_size": total, "stream": stream,
+            "segment_type": "large" if page > 4096 else "small", "segment_pool_id": (0, 0),
+            "allocated_size": active, "active_size": active,
+            "requested_size": sum(b["requested"] for b in blocks), "is_expandable": False,
+            "frames": [], "blocks": out, "memory_kind": kind.name.lower(),
+        })
+    trace = []
+    for i, (action, addr, size) in enumerate(list(history)[-TRACE_MAX_ENTRIES:]):
+        if action == "free":  # PyTorch logs a free as requested, then completed
+            trace.append({"action": "free_requested", "addr": addr, "size": size,
+                          "stream": stream, "frames": [], "time_us": i})
+            action = "free_completed"
+        trace.append({"action": action, "addr": addr, "size": size, "stream": stream,
+                      "frames": [], "time_us": i})
+    traces = [[] for _ in range(device.device_id + 1)]
+    traces[device.device_id] = trace
+    return {"segments": segments, "device_traces": traces,
+            "allocator_settings": {"source": "ascmem", "model": device.profile.name,
+                                   "mode": device.mode}}
+
+
+def save_torch(device, path, history=()):
+    with open(path, "wb") as f:
+        pickle.dump(to_torch(device, history), f)
+    return path
