@@ -10,6 +10,9 @@
  * smallest fit, else the next non-empty bin gives the smallest block larger
  * than any in the request's bin.  Scans stop after ASCM_FIT_SCAN nodes.
  *
+ * Slabs are placed from the high end of a free block and large blocks from
+ * the low end, so long-lived slabs cluster away from the large blocks' churn.
+ *
  * Every block (free or used) is a node; nodes are linked in address order,
  * so a freed block merges with free neighbours in O(1).
  */
@@ -117,44 +120,46 @@ void ascm_fit_destroy(ascm_fit *f) {
     f->nodes = NULL;
 }
 
-/* Smallest block of at least need units in bin b (ties: lowest address). */
-static uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need) {
+/* Smallest block of at least need units in bin b (ties: lowest address, or
+ * highest when high). */
+static uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need, int high) {
     uint32_t best = ASCM_NODE_NONE;
     unsigned seen = 0;
     for (uint32_t i = f->bin_head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
         const ascm_fit_node *n = &f->nodes[i];
         if (n->len < need) continue;
         if (!best || n->len < f->nodes[best].len ||
-            (n->len == f->nodes[best].len && n->off < f->nodes[best].off))
+            (n->len == f->nodes[best].len && (n->off < f->nodes[best].off) != high))
             best = i;
     }
     return best;
 }
 
-int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *out) {
+int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *out) {
     uint64_t need = n + align_units - 1; /* room to slide the start to alignment */
     if (need < n || need > f->nunits) return ASCM_ERR_NOMEM;
     uint32_t b = bin_of(need);
-    uint32_t x = f->bin_head[b] ? best_in_bin(f, b, need) : ASCM_NODE_NONE;
+    uint32_t x = f->bin_head[b] ? best_in_bin(f, b, need, high) : ASCM_NODE_NONE;
     if (!x) {
         uint32_t b2 = next_bin(f, b + 1);
         if (b2 == ASCM_FIT_BINS) return ASCM_ERR_NOMEM;
-        x = best_in_bin(f, b2, need);
+        x = best_in_bin(f, b2, need, high);
     }
     /* Spare nodes for the splits below, taken before touching the lists
-     * (node_new may move the node array).  A head gap needs alignment. */
+     * (node_new may move the node array).  The low end of a block is used
+     * unless high, so a head gap only comes from alignment or high. */
     uint32_t head_node = ASCM_NODE_NONE, tail_node;
     if (node_new(f, &tail_node) != ASCM_OK) return ASCM_ERR_HOSTMEM;
-    if (align_units > 1 && node_new(f, &head_node) != ASCM_OK) {
+    if ((align_units > 1 || high) && node_new(f, &head_node) != ASCM_OK) {
         node_recycle(f, tail_node);
         return ASCM_ERR_HOSTMEM;
     }
     bin_remove(f, x);
     ascm_fit_node *blk = &f->nodes[x];
-    uint64_t start = (blk->off + align_units - 1) & ~(align_units - 1);
-    if (start > blk->off) { /* a gap before the aligned start stays free */
+    uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
+                          : (blk->off + align_units - 1) & ~(align_units - 1);
+    if (start > blk->off) { /* the part before start stays free */
         ascm_fit_node *h = &f->nodes[head_node];
-        blk = &f->nodes[x];
         h->off = blk->off;
         h->len = start - blk->off;
         h->prev_phys = blk->prev_phys;
@@ -167,8 +172,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *out) 
     } else if (head_node) {
         node_recycle(f, head_node);
     }
-    blk = &f->nodes[x];
-    if (blk->len > n) { /* the tail stays free */
+    if (blk->len > n) { /* the part after start + n stays free */
         ascm_fit_node *t = &f->nodes[tail_node];
         t->off = blk->off + n;
         t->len = blk->len - n;

@@ -144,8 +144,9 @@ typedef struct ascm_fit {
 int ascm_fit_init(ascm_fit *f, uint64_t nunits);
 void ascm_fit_destroy(ascm_fit *f);
 void ascm_fit_reset(ascm_fit *f);
-/* Takes n units starting at a multiple of align_units; returns the node. */
-int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *node);
+/* Takes n units starting at a multiple of align_units, from the low end of
+ * the best-fitting free block (the high end when high); returns the node. */
+int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *node);
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
 int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
@@ -218,7 +219,7 @@ struct ascm_pool {
 
 /* Large blocks, used by the pool itself and by slabs for their storage. */
 int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
-                         uint32_t *node);
+                         int high, uint32_t *node);
 void ascm_pool_give_block(ascm_pool *p, uint32_t node);
 
 void ascm_slab_init_classes(ascm_pool *p);

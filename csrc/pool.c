@@ -37,10 +37,10 @@ static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
 }
 
 int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
-                         uint32_t *node) {
+                         int high, uint32_t *node) {
     uint64_t n = (bytes + p->gran - 1) >> p->gshift;
     uint64_t align_units = align > p->gran ? align >> p->gshift : 1;
-    int st = ascm_fit_take(&p->fit, n, align_units, node);
+    int st = ascm_fit_take(&p->fit, n, align_units, high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
     uint64_t off = blk->off << p->gshift, len = blk->len << p->gshift;
@@ -130,9 +130,9 @@ static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *a
         /* no room for a whole slab: a block of a few units may still fit */
     }
     uint32_t node;
-    st = ascm_pool_take_block(p, size, align, size, &node);
+    st = ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
-        st = ascm_pool_take_block(p, size, align, size, &node);
+        st = ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st == ASCM_OK) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
         count_alloc(p, blk->len << p->gshift, size);

@@ -13,7 +13,7 @@
 
 #include <stdlib.h>
 
-#define SLAB_MIN_BYTES 16384u
+#define SLAB_MIN_BYTES 8192u
 #define SLAB_MIN_SLOTS 4u
 
 const uint32_t ascm_slab_sizes[ASCM_SLAB_CLASSES] = {
@@ -81,7 +81,7 @@ static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
     uint32_t nwords = (k->count + 63) / 64;
     ascm_slab *s = malloc(sizeof *s + nwords * sizeof(uint64_t) + k->count * sizeof(uint16_t));
     if (!s) return ASCM_ERR_HOSTMEM;
-    int st = ascm_pool_take_block(p, k->slab_bytes, p->gran, 0, &s->node);
+    int st = ascm_pool_take_block(p, k->slab_bytes, p->gran, 0, 1, &s->node);
     uint32_t si = 0;
     if (st == ASCM_OK && (st = slab_index_new(p, &si)) != ASCM_OK) ascm_pool_give_block(p, s->node);
     if (st != ASCM_OK) {

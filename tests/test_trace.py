@@ -55,11 +55,11 @@ def test_min_capacity_known_by_construction():
 
 def test_efficiency_on_the_recorded_trace_beats_best_fit_and_tlsf():
     t = tr.load(TRACE)
-    eff_pool, _ = tr.efficiency(t, "pool", resolution=256 * 1024)
-    eff_best, _ = tr.efficiency(t, "bestfit", resolution=256 * 1024)
+    eff_pool, _ = tr.efficiency(t, "pool", resolution=64 * 1024)
+    eff_best, _ = tr.efficiency(t, "bestfit", resolution=64 * 1024)
     assert eff_pool >= 0.80 and eff_pool >= eff_best
     if tr.tlsf_available():
-        assert eff_pool > tr.efficiency(t, "tlsf", resolution=256 * 1024)[0]
+        assert eff_pool > tr.efficiency(t, "tlsf", resolution=64 * 1024)[0]
 
 
 def test_replay_reports_the_first_failure():

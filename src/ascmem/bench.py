@@ -52,13 +52,16 @@ def python_pairs(number, repeat):
         import TLSFAllocator
         env["tlsf"] = TLSFAllocator.OffsetAllocator(1 << 30, 1 << 17)
         peers.append(("tlsfallocator", "tlsf.free(tlsf.allocate({n}))"))
-    rows = []
-    # interleave peers per size so that drifts in machine speed hit them alike
-    for n in SIZES:
-        for name, stmt in peers:
-            rows.append({"peer": name, "size": n,
-                         "ns": _median_ns(stmt.format(n=n), env, number, repeat)})
-    return rows
+    # round-robin: each repeat measures every peer once, so that drifts in
+    # machine speed (shared, noisy hosts) hit all peers alike
+    samples = {(name, n): [] for n in SIZES for name, _ in peers}
+    timers = {(name, n): timeit.Timer(stmt.format(n=n), globals=env)
+              for n in SIZES for name, stmt in peers}
+    for _ in range(repeat):
+        for key, timer in timers.items():
+            samples[key].append(timer.timeit(number) / number * 1e9)
+    return [{"peer": name, "size": n, "ns": statistics.median(samples[(name, n)])}
+            for n in SIZES for name, _ in peers]
 
 
 def batch_pairs(count, repeat):
