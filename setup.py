@@ -25,7 +25,8 @@ class build_py_with_header(build_py):
         super().run()
         dest = os.path.join(self.build_lib, "ascmem", "include")
         os.makedirs(dest, exist_ok=True)
-        shutil.copy(os.path.join(HERE, CSRC, "ascmem.h"), dest)
+        for header in ("ascmem.h", "ascmem_capi.h"):
+            shutil.copy(os.path.join(HERE, CSRC, header), dest)
 
 
 ext = Extension(

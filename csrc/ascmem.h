@@ -99,6 +99,7 @@ void ascm_pool_reset(ascm_pool *p);
 /* Gives the empty slabs kept as spares back to the large-block path (and
  * their pages to the budget); returns the bytes released. */
 uint64_t ascm_pool_trim(ascm_pool *p);
+void ascm_pool_reset_peaks(ascm_pool *p);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 uint64_t ascm_pool_base(const ascm_pool *p);
@@ -168,6 +169,10 @@ void ascm_device_budget(ascm_device *d, ascm_budget *out);
 /* Takes (delta > 0) or gives back fixed runtime memory from shared. */
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta);
 int ascm_device_set_limit(ascm_device *d, uint64_t limit);
+/* Peaks (of every pool and of the budget) start again from current use. */
+void ascm_device_reset_peaks(ascm_device *d);
+/* The device that the pluggable-allocator functions use for a device index. */
+int ascm_pluggable_register(int device, ascm_device *d);
 
 const char *ascm_status_str(int status);
 

@@ -241,3 +241,12 @@ int ascm_device_set_limit(ascm_device *d, uint64_t limit) {
     ascm_lock_release(&d->lock);
     return ASCM_OK;
 }
+
+void ascm_device_reset_peaks(ascm_device *d) {
+    for (int k = 0; k < ASCM_KINDS; k++)
+        if (d->pool[k]) ascm_pool_reset_peaks(d->pool[k]);
+    ascm_lock_acquire(&d->lock);
+    d->b.peak_huge = d->b.huge_used;
+    d->b.peak_normal = d->b.normal_used;
+    ascm_lock_release(&d->lock);
+}

@@ -298,6 +298,13 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
     return released;
 }
 
+void ascm_pool_reset_peaks(ascm_pool *p) {
+    ascm_lock_acquire(&p->lock);
+    p->peak_used = p->used;
+    p->peak_requested = p->requested;
+    ascm_lock_release(&p->lock);
+}
+
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_lock_acquire(&p->lock);
     for (uint32_t i = 1; i < p->fit.nused; i++) {

@@ -17,8 +17,13 @@ __version__ = "0.1.0"
 
 
 def get_include():
-    """Directory holding ascmem.h, for C extensions that embed the core."""
-    return _os.path.join(_os.path.dirname(__file__), "include")
+    """Directory holding ascmem.h and ascmem_capi.h, for C and Cython
+    extensions that embed the core."""
+    here = _os.path.dirname(__file__)
+    installed = _os.path.join(here, "include")
+    if _os.path.exists(_os.path.join(installed, "ascmem_capi.h")):
+        return installed
+    return _os.path.normpath(_os.path.join(here, "..", "..", "csrc"))  # a source checkout
 
 
 __all__ = [

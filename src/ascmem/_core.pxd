@@ -92,16 +92,19 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_budget(ascm_device *d, ascm_budget *out)
     int ascm_device_charge_fixed(ascm_device *d, int64_t delta)
     int ascm_device_set_limit(ascm_device *d, uint64_t limit)
+    void ascm_device_reset_peaks(ascm_device *d)
+    int ascm_pluggable_register(int device, ascm_device *d)
+    void ascm_pool_reset_peaks(ascm_pool *p)
 
 
 cdef class Pool:
     cdef ascm_pool *_p
     cdef readonly uint64_t base, capacity, min_block, page_size
-    # C-level entry points for other extensions: no Python call, no GIL needed.
-    cdef inline int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil:
-        return ascm_pool_alloc(self._p, size, align, addr)
-    cdef inline int free_raw(self, uint64_t addr) noexcept nogil:
-        return ascm_pool_free(self._p, addr)
+    # C-level entry points for other Cython extensions (through the type's
+    # vtable, so they need no link to this module): no Python call, no GIL.
+    # They return an ascm_status (0 = ASCM_OK).
+    cdef int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil
+    cdef int free_raw(self, uint64_t addr) noexcept nogil
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align)
 
 
@@ -116,13 +119,8 @@ cdef class Device:
     cdef bint _job_started
     cdef uint64_t _reused_bytes, _reuse_count, _fixed_taken, _aicpu
     cdef object __weakref__
-    cdef inline int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil:
-        cdef int kind, events
-        return ascm_device_malloc(self._d, size, policy, ASCM_SIZE_MALLOC, addr, &kind, &events)
-    cdef inline int free_raw(self, uint64_t addr) noexcept nogil:
-        cdef int kind
-        return ascm_device_free(self._d, addr, (1 << ASCM_KIND_HUGE) | (1 << ASCM_KIND_NORMAL)
-                                | (1 << ASCM_KIND_HUGE1G), &kind)
+    cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil
+    cdef int free_raw(self, uint64_t addr) noexcept nogil
     cdef _failed(self, int st, uint64_t size, object policy, int kind, int events, str call)
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)

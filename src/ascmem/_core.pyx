@@ -148,6 +148,12 @@ cdef class Pool:
         if self._p is not NULL:
             ascm_pool_destroy(self._p)
 
+    cdef int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil:
+        return ascm_pool_alloc(self._p, size, align, addr)
+
+    cdef int free_raw(self, uint64_t addr) noexcept nogil:
+        return ascm_pool_free(self._p, addr)
+
     def alloc(self, nbytes, uint64_t align=64):
         """Allocates nbytes at a multiple of align; returns the address."""
         cdef uint64_t addr, size = as_u64(nbytes, "size")
@@ -368,3 +374,4 @@ cdef class NoopPool:
     def free(self, addr):
         as_u64(addr, "address")
 include "_device.pxi"
+include "_capi.pxi"

@@ -118,6 +118,14 @@ cdef class Device:
 
     # ---- hot path -------------------------------------------------------------
 
+    cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil:
+        cdef int kind, events
+        return ascm_device_malloc(self._d, size, policy, ASCM_SIZE_MALLOC, addr, &kind, &events)
+
+    cdef int free_raw(self, uint64_t addr) noexcept nogil:
+        cdef int kind
+        return ascm_device_free(self._d, addr, _DEVICE_MASK, &kind)
+
     def malloc(self, size, policy=0):
         """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary."""
         cdef uint64_t addr, n = as_u64(size, "size")
@@ -348,6 +356,10 @@ cdef class Device:
         if ascm_device_reset(self._d, bases) != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
 
+    def reset_peaks(self):
+        """Peak statistics start again from current use."""
+        ascm_device_reset_peaks(self._d)
+
     def set_limit(self, limit):
         """Caps huge + normal + runtime memory at limit bytes (0: no cap)."""
         ascm_device_set_limit(self._d, as_u64(limit, "limit"))
@@ -441,3 +453,10 @@ def _policy_name(policy):
         return "|".join([base] + flags)
     except (ValueError, TypeError):
         return repr(policy)
+
+
+def _pluggable_register(int index, Device device=None):
+    """Points the pluggable-allocator functions for device index at device
+    (None: unregisters).  Used by ascmem.pluggable."""
+    if ascm_pluggable_register(index, device._d if device is not None else NULL) != ASCM_OK:
+        raise InvalidArgumentError(f"device index {index} is outside 0..63")

@@ -1,0 +1,62 @@
+/* ascmem's C API for other Python C extensions, imported at run time from a
+ * capsule (the way numpy's C API is):
+ *
+ *     #include "ascmem_capi.h"        // include dir: ascmem.get_include()
+ *     ...in your module init:  if (ascm_import_capi() < 0) return NULL;
+ *     ascm_pool *p = ascm_api->pool_of(py_pool);   // a Pool made in Python
+ *     ascm_api->pool_alloc(p, 4096, 64, &addr);
+ *
+ * The table is versioned: fields are only ever appended, and `size` says how
+ * many bytes of it this ascmem provides.  Pointers returned by pool_of and
+ * device_of are borrowed: keep the Python object alive while you use them.
+ * Every function but pool_of/device_of may be called without the GIL.
+ */
+#ifndef ASCMEM_CAPI_H
+#define ASCMEM_CAPI_H
+
+#include <Python.h>
+
+#include "ascmem.h"
+
+#define ASCM_CAPI_VERSION 1
+#define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
+
+typedef struct ascm_capi {
+    unsigned version;
+    size_t size;
+    /* pools */
+    int (*pool_create)(const ascm_pool_config *cfg, ascm_pool **out);
+    void (*pool_destroy)(ascm_pool *p);
+    int (*pool_alloc)(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr);
+    int (*pool_free)(ascm_pool *p, uint64_t addr);
+    int (*pool_usable_size)(ascm_pool *p, uint64_t addr, uint64_t *size);
+    void (*pool_stats)(ascm_pool *p, ascm_stats *st);
+    int (*pool_check)(ascm_pool *p, char *msg, size_t msglen);
+    /* the C objects behind Python ones (NULL, with no exception set, if the
+     * object is not an ascmem.Pool / ascmem.Device); need the GIL */
+    ascm_pool *(*pool_of)(PyObject *pool);
+    ascm_device *(*device_of)(PyObject *device);
+    /* devices: CANN rules (mode: ASCM_SIZE_*, policy: aclrtMemMallocPolicy) */
+    int (*device_malloc)(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                         uint64_t *addr, int *kind, int *events);
+    int (*device_free)(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
+    const char *(*status_str)(int status);
+} ascm_capi;
+
+static const ascm_capi *ascm_api = NULL;
+
+/* Returns 0, or -1 with a Python exception set. */
+static inline int ascm_import_capi(void) {
+    const ascm_capi *api = (const ascm_capi *)PyCapsule_Import(ASCM_CAPI_CAPSULE, 0);
+    if (!api) return -1;
+    if (api->version != ASCM_CAPI_VERSION || api->size < sizeof(ascm_capi)) {
+        PyErr_Format(PyExc_ImportError, "ascmem C API version %u (size %zu) does not match "
+                     "this extension's (%u, %zu): rebuild it against this ascmem",
+                     api->version, api->size, ASCM_CAPI_VERSION, sizeof(ascm_capi));
+        return -1;
+    }
+    ascm_api = api;
+    return 0;
+}
+
+#endif /* ASCMEM_CAPI_H */

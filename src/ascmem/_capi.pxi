@@ -1,0 +1,52 @@
+# The capsule of C function pointers that plain C extensions import
+# (csrc/ascmem_capi.h).  Included by _core.pyx.
+
+from cpython.pycapsule cimport PyCapsule_New
+from cpython.ref cimport PyObject
+
+cdef extern from "ascmem_capi.h":
+    unsigned ASCM_CAPI_VERSION
+    ctypedef struct ascm_capi:
+        unsigned version
+        size_t size
+        int (*pool_create)(const ascm_pool_config *, ascm_pool **) noexcept nogil
+        void (*pool_destroy)(ascm_pool *) noexcept nogil
+        int (*pool_alloc)(ascm_pool *, uint64_t, uint64_t, uint64_t *) noexcept nogil
+        int (*pool_free)(ascm_pool *, uint64_t) noexcept nogil
+        int (*pool_usable_size)(ascm_pool *, uint64_t, uint64_t *) noexcept nogil
+        void (*pool_stats)(ascm_pool *, ascm_stats *) noexcept nogil
+        int (*pool_check)(ascm_pool *, char *, size_t) noexcept nogil
+        ascm_pool *(*pool_of)(PyObject *) noexcept
+        ascm_device *(*device_of)(PyObject *) noexcept
+        int (*device_malloc)(ascm_device *, uint64_t, uint32_t, int, uint64_t *, int *, int *) noexcept nogil
+        int (*device_free)(ascm_device *, uint64_t, unsigned, int *) noexcept nogil
+        const char *(*status_str)(int) noexcept nogil
+
+
+cdef ascm_pool *_capi_pool_of(PyObject *o) noexcept:
+    obj = <object>o
+    return (<Pool>obj)._p if type(obj) is Pool else NULL
+
+
+cdef ascm_device *_capi_device_of(PyObject *o) noexcept:
+    obj = <object>o
+    return (<Device>obj)._d if type(obj) is Device else NULL
+
+
+cdef ascm_capi _capi
+_capi.version = ASCM_CAPI_VERSION
+_capi.size = sizeof(ascm_capi)
+_capi.pool_create = ascm_pool_create
+_capi.pool_destroy = ascm_pool_destroy
+_capi.pool_alloc = ascm_pool_alloc
+_capi.pool_free = ascm_pool_free
+_capi.pool_usable_size = ascm_pool_usable_size
+_capi.pool_stats = ascm_pool_stats
+_capi.pool_check = ascm_pool_check
+_capi.pool_of = _capi_pool_of
+_capi.device_of = _capi_device_of
+_capi.device_malloc = ascm_device_malloc
+_capi.device_free = ascm_device_free
+_capi.status_str = ascm_status_str
+
+_C_API = PyCapsule_New(<void *>&_capi, "ascmem._core._C_API", NULL)

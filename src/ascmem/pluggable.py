@@ -1,0 +1,81 @@
+"""ascmem as the allocator of PyTorch / torch_npu, through their pluggable
+allocator interfaces, which load C functions by name from a shared library.
+
+    import ascmem, ascmem.pluggable as pl
+    dev = ascmem.Device("atlas-a2-training")
+    pl.configure(dev)                     # device index 0 -> dev
+    alloc = torch_npu.npu.NPUPluggableAllocator(pl.library_path(), pl.ALLOC, pl.FREE)
+    pl.set_hooks(alloc.allocator())       # init, reset, memory fraction, streams, peaks
+    torch_npu.npu.memory.change_current_allocator(alloc)
+
+torch_npu is not available where ascmem is built and tested: the functions
+are exercised through ctypes (tests/test_embedding.py), not through torch_npu.
+"""
+
+import ctypes
+
+from ascmem import _core
+
+ALLOC = "ascmem_pluggable_alloc"
+FREE = "ascmem_pluggable_free"
+HOOKS = {
+    "set_init_fn": "ascmem_pluggable_init",
+    "set_reset_fn": "ascmem_pluggable_reset",
+    "set_memory_fraction_fn": "ascmem_pluggable_memory_fraction",
+    "set_base_alloc_fn": "ascmem_pluggable_base_alloc",
+    "set_record_stream_fn": "ascmem_pluggable_record_stream",
+    "set_erase_stream_fn": "ascmem_pluggable_erase_stream",
+    "set_reset_peak_status_fn": "ascmem_pluggable_reset_peak_status",
+}
+# Not exported: torch_npu's get_device_stats and snapshot hooks return C++
+# objects (DeviceStats, SnapshotInfo with std::vector members) whose layout
+# changes between torch_npu releases; a C library cannot build them safely.
+
+_configured = {}
+
+
+def library_path():
+    """The shared library that exports the pluggable functions."""
+    return _core.__file__
+
+
+def configure(device, index=None):
+    """Makes the pluggable functions for a device index use this Device
+    (index: the Device's device_id by default)."""
+    index = device.device_id if index is None else index
+    _core._pluggable_register(index, device)
+    _configured[index] = device  # keeps it alive while registered
+
+
+def unconfigure(index):
+    _core._pluggable_register(index, None)
+    _configured.pop(index, None)
+
+
+def functions():
+    """The exported functions through ctypes, with their prototypes."""
+    lib = ctypes.CDLL(library_path())
+    vp, sz, i, b, d = ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_bool, ctypes.c_double
+    protos = {
+        ALLOC: (vp, [sz, i, vp]), FREE: (None, [vp, sz, i, vp]),
+        "ascmem_pluggable_init": (None, [i]), "ascmem_pluggable_reset": (None, [b]),
+        "ascmem_pluggable_memory_fraction": (None, [d, i]),
+        "ascmem_pluggable_base_alloc": (vp, [vp, ctypes.POINTER(ctypes.c_size_t)]),
+        "ascmem_pluggable_record_stream": (None, [vp, vp]),
+        "ascmem_pluggable_erase_stream": (None, [vp, vp]),
+        "ascmem_pluggable_reset_peak_status": (None, [i]),
+    }
+    out = {}
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+        out[name] = fn
+    return out
+
+
+def set_hooks(allocator):
+    """Hands every exported hook to a torch_npu NPUPluggableAllocator's
+    allocator() object (its set_*_fn methods take function addresses)."""
+    lib = ctypes.CDLL(library_path())
+    for setter, name in HOOKS.items():
+        getattr(allocator, setter)(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
