@@ -118,10 +118,20 @@ cdef class Device:
     cdef readonly dict _counters
     cdef bint _job_started
     cdef uint64_t _reused_bytes, _reuse_count, _fixed_taken, _aicpu
+    # stream-ordered reuse: blocks freed on a stream wait for it (see _device.pxi)
+    cdef dict _pending          # stream -> list of pending entries
+    cdef dict _pending_by_addr  # address -> entry [addr, kind_mask, holders, seq, bytes]
+    cdef dict _recorded         # address -> set of extra streams (record_stream)
+    cdef uint64_t _pending_bytes, _seq
+    cdef object _oom_callback
     cdef object __weakref__
     cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil
     cdef int free_raw(self, uint64_t addr) noexcept nogil
     cdef _failed(self, int st, uint64_t size, object policy, int kind, int events, str call)
+    cdef uint64_t _alloc_slow(self, int st, uint64_t size, uint32_t policy, int mode, int kind,
+                              int events, object policy_obj, str call) except? 0
+    cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call)
+    cdef _release(self, list entries, object stream, uint64_t upto)
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)
 

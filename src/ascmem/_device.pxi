@@ -62,7 +62,11 @@ cdef class Device:
         self.device_id = <int>did
         self._epoch = 0
         self._warned = set()
-        self._counters = {"huge_fallbacks": 0}
+        self._counters = {"huge_fallbacks": 0, "oom_retries": 0}
+        self._pending = {}
+        self._pending_by_addr = {}
+        self._recorded = {}
+        self._oom_callback = None
         mem = prof.memory if memory is None else as_u64(memory, "memory")
         if free_os_memory is not None:
             free_os = as_u64(free_os_memory, "free_os_memory")
@@ -126,54 +130,186 @@ cdef class Device:
         cdef int kind
         return ascm_device_free(self._d, addr, _DEVICE_MASK, &kind)
 
-    def malloc(self, size, policy=0):
-        """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary."""
+    def malloc(self, size, policy=0, stream=None):
+        """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary.
+        With a stream, blocks that stream freed are reusable at once."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef int st = ascm_device_malloc(self._d, n, _policy(policy), ASCM_SIZE_MALLOC, &addr,
-                                         &kind, &events)
+        cdef uint32_t pol = _policy(policy)
+        if stream is not None and stream in self._pending:
+            self._release(self._pending[stream], stream, 0)
+        cdef int st = ascm_device_malloc(self._d, n, pol, ASCM_SIZE_MALLOC, &addr, &kind, &events)
         if st != ASCM_OK:
-            self._failed(st, n, policy, kind, events, "malloc")
+            return self._alloc_slow(st, n, pol, ASCM_SIZE_MALLOC, kind, events, policy, "malloc")
         if events:
             self._events(events)
         return addr
 
-    def malloc_align32(self, size, policy=0):
+    def malloc_align32(self, size, policy=0, stream=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef int st = ascm_device_malloc(self._d, n, _policy(policy), ASCM_SIZE_ALIGN32, &addr,
-                                         &kind, &events)
+        cdef uint32_t pol = _policy(policy)
+        if stream is not None and stream in self._pending:
+            self._release(self._pending[stream], stream, 0)
+        cdef int st = ascm_device_malloc(self._d, n, pol, ASCM_SIZE_ALIGN32, &addr, &kind, &events)
         if st != ASCM_OK:
-            self._failed(st, n, policy, kind, events, "malloc_align32")
+            return self._alloc_slow(st, n, pol, ASCM_SIZE_ALIGN32, kind, events, policy,
+                                   "malloc_align32")
         if events:
             self._events(events)
         return addr
 
-    def free(self, ptr):
-        """aclrtFree for malloc/malloc_align32 memory."""
+    def free(self, ptr, stream=None):
+        """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
+        record_stream), the block waits until the streams' work is done."""
         cdef int kind
-        cdef int st = ascm_device_free(self._d, as_u64(ptr, "pointer"), _DEVICE_MASK, &kind)
+        cdef uint64_t a = as_u64(ptr, "pointer")
+        if stream is not None or self._recorded or self._pending_by_addr:
+            return self._free_slow(a, _DEVICE_MASK, stream, "free")
+        cdef int st = ascm_device_free(self._d, a, _DEVICE_MASK, &kind)
         if st != ASCM_OK:
             _raise(st, self._bad_pointer(ptr, kind, "free", _DEVICE_MASK))
 
-    def dvpp_malloc(self, size):
+    def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
+        if stream is not None and stream in self._pending:
+            self._release(self._pending[stream], stream, 0)
         cdef int st = ascm_device_malloc(self._d, n, 0, ASCM_SIZE_DVPP, &addr, &kind, &events)
         if st != ASCM_OK:
-            self._failed(st, n, None, kind, events, "dvpp_malloc")
+            return self._alloc_slow(st, n, 0, ASCM_SIZE_DVPP, kind, events, None, "dvpp_malloc")
         if events:
             self._events(events)
         return addr
 
-    def dvpp_free(self, ptr):
+    def dvpp_free(self, ptr, stream=None):
         cdef int kind
-        cdef int st = ascm_device_free(self._d, as_u64(ptr, "pointer"), _DVPP_MASK, &kind)
+        cdef uint64_t a = as_u64(ptr, "pointer")
+        if stream is not None or self._recorded or self._pending_by_addr:
+            return self._free_slow(a, _DVPP_MASK, stream, "dvpp_free")
+        cdef int st = ascm_device_free(self._d, a, _DVPP_MASK, &kind)
         if st != ASCM_OK:
             _raise(st, self._bad_pointer(ptr, kind, "dvpp_free", _DVPP_MASK))
+
+    # ---- streams ----------------------------------------------------------------
+
+    cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call):
+        cdef int k = ascm_device_kind_of(self._d, addr)
+        cdef uint64_t usable
+        if addr in self._pending_by_addr:
+            raise InvalidFreeError(f"{call}: {addr:#x} was already freed and waits on a stream")
+        if k < 0 or not (mask >> k) & 1 or \
+                ascm_pool_usable_size(ascm_device_pool(self._d, k), addr, &usable) != ASCM_OK:
+            _raise(ASCM_ERR_BADFREE, self._bad_pointer(addr, k, call, mask))
+        holders = self._recorded.pop(addr, set())
+        if stream is not None:
+            holders.add(stream)
+        if not holders:
+            ascm_device_free(self._d, addr, mask, &k)
+            return
+        self._seq += 1
+        entry = [addr, mask, holders, self._seq, usable]
+        self._pending_by_addr[addr] = entry
+        self._pending_bytes += usable
+        for s in holders:
+            self._pending.setdefault(s, []).append(entry)
+
+    cdef _release(self, list entries, object stream, uint64_t upto):
+        """Stream `stream` is done with the entries (those up to sequence
+        number upto, or all when 0); frees the ones no stream holds any more."""
+        cdef int k
+        keep = []
+        for e in entries:
+            if upto and e[3] > upto:
+                keep.append(e)
+                continue
+            e[2].discard(stream)
+            if not e[2]:
+                del self._pending_by_addr[e[0]]
+                self._pending_bytes -= e[4]
+                ascm_device_free(self._d, e[0], e[1], &k)
+        if keep:
+            self._pending[stream] = keep
+        else:
+            self._pending.pop(stream, None)
+
+    def record_stream(self, ptr, stream):
+        """Marks a live block as also used by stream: when freed, it waits for
+        that stream too (as PyTorch's Tensor.record_stream)."""
+        cdef uint64_t a = as_u64(ptr, "pointer"), n
+        cdef int k = ascm_device_kind_of(self._d, a)
+        if k < 0 or a in self._pending_by_addr or \
+                ascm_pool_usable_size(ascm_device_pool(self._d, k), a, &n) != ASCM_OK:
+            raise InvalidFreeError(f"{ptr:#x} is not a live block of device {self.device_id}")
+        self._recorded.setdefault(a, set()).add(stream)
+
+    def synchronize(self, stream=None):
+        """The work queued on stream (every stream when None) is done: blocks
+        waiting on it become free."""
+        streams = list(self._pending) if stream is None else [stream]
+        for s in streams:
+            if s in self._pending:
+                self._release(self._pending[s], s, 0)
+
+    def record_event(self, stream):
+        """An event on stream; complete_event(ev) frees what the stream had
+        freed before it was recorded (the acl backend would map this onto
+        aclrtRecordEvent / aclrtQueryEvent)."""
+        return (stream, self._seq)
+
+    def complete_event(self, event):
+        stream, upto = event
+        if stream in self._pending:
+            self._release(self._pending[stream], stream, upto if upto else 0xFFFFFFFFFFFFFFFF)
+
+    def pending_bytes(self):
+        return self._pending_bytes
+
+    # ---- out of memory ------------------------------------------------------------
+
+    def on_out_of_memory(self, fn):
+        """fn(info) is called when an allocation fails, after the spare slabs
+        were given back; info has kind, size, free, largest_free and
+        pending_bytes.  A true return asks for one more try."""
+        if fn is not None and not callable(fn):
+            raise ArgumentTypeError("on_out_of_memory takes a callable or None")
+        self._oom_callback = fn
+
+    cdef uint64_t _alloc_slow(self, int st, uint64_t size, uint32_t policy, int mode, int kind,
+                              int events, object policy_obj, str call) except? 0:
+        cdef uint64_t addr
+        cdef int k
+        cdef ascm_pool *p
+        if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
+            # give back what is cached (empty slabs), then ask the user
+            for k in range(ASCM_KINDS):
+                p = ascm_device_pool(self._d, k)
+                if p is not NULL:
+                    ascm_pool_trim(p)
+            st = ascm_device_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+            if st != ASCM_OK and self._oom_callback is not None:
+                info = self._oom_info(size, kind)
+                if self._oom_callback(info):
+                    self._counters["oom_retries"] += 1
+                    st = ascm_device_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+            if st == ASCM_OK:
+                if events:
+                    self._events(events)
+                return addr
+        self._failed(st, size, policy_obj, kind, events, call)
+
+    def _oom_info(self, size, int kind):
+        cdef ascm_stats s
+        cdef ascm_pool *p = ascm_device_pool(self._d, kind) if kind >= 0 else NULL
+        if p is not NULL:
+            ascm_pool_stats(p, &s)
+        return {"kind": MemKind(kind) if kind >= 0 else None, "size": size,
+                "free": s.free if p is not NULL else 0,
+                "largest_free": s.largest_free if p is not NULL else 0,
+                "pending_bytes": self._pending_bytes}
 
     def malloc_host(self, size):
         """aclrtMallocHost: host memory at a 64-byte boundary."""
@@ -211,7 +347,8 @@ cdef class Device:
         raise OutOfMemoryError(
             f"{call}({size}, policy={_policy_name(policy)}): out of {name} memory ({why}); "
             f"{_fmt_bytes(s.free)} of the {name} range free, largest free block "
-            f"{_fmt_bytes(s.largest_free)}; device budget: {_fmt_bytes(b['huge_used'])} huge + "
+            f"{_fmt_bytes(s.largest_free)}; {_fmt_bytes(self._pending_bytes)} waiting on streams; "
+            f"device budget: {_fmt_bytes(b['huge_used'])} huge + "
             f"{_fmt_bytes(b['normal_used'])} normal + {_fmt_bytes(b['fixed'])} runtime of "
             f"{_fmt_bytes(b['total'])}")
 
@@ -353,6 +490,10 @@ cdef class Device:
         self._fixed_taken = 0
         self._job_started = False
         self._reused_bytes = self._reuse_count = 0
+        self._pending.clear()
+        self._pending_by_addr.clear()
+        self._recorded.clear()
+        self._pending_bytes = 0
         if ascm_device_reset(self._d, bases) != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
 
@@ -363,6 +504,14 @@ cdef class Device:
     def set_limit(self, limit):
         """Caps huge + normal + runtime memory at limit bytes (0: no cap)."""
         ascm_device_set_limit(self._d, as_u64(limit, "limit"))
+
+    def set_memory_fraction(self, fraction):
+        """Caps device memory at a fraction (0 < f <= 1) of the total."""
+        f = float(fraction)
+        if not 0.0 < f <= 1.0:
+            raise InvalidArgumentError(f"memory fraction must be in (0, 1], got {fraction!r}")
+        total = self.budget()["total"]
+        ascm_device_set_limit(self._d, 0 if f == 1.0 else int(total * f))
 
     def stats(self):
         """Per kind: the pool's statistics; plus the budget and reuse counters."""
@@ -377,6 +526,7 @@ cdef class Device:
         b = self.budget()
         out["device"] = dict(b, aicpu_cache=self._fixed_taken, reserve_used=min(b["huge_used"], b["reserve"]),
                              reused_bytes=self._reused_bytes, reuse_count=self._reuse_count,
+                             pending_bytes=self._pending_bytes,
                              **self._counters)
         return out
 
