@@ -7,7 +7,9 @@
  * unit of a slab points at the descriptor through the pool's owner[] map, so
  * free finds it in O(1).  A slab that empties goes back to the large-block
  * path unless it would be its class's only empty slab, which is kept to
- * absorb alloc/free ping-pong at a slab boundary.
+ * absorb alloc/free ping-pong at a slab boundary -- but not in pools whose
+ * pages are larger than the slab (huge pages), where a spare would pin a
+ * whole page.
  */
 #include "internal.h"
 
@@ -183,7 +185,8 @@ int ascm_slab_free(ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable,
     uint32_t si = owner & ~ASCM_SLAB_TAG;
     if (s->nfree++ == 0) list_push(p, k, si);
     if (s->nfree == s->count) {
-        if (k->empty) slab_release(p, si);
+        /* keep one spare, unless it would pin a page bigger than itself */
+        if (k->empty || p->page_size > k->slab_bytes) slab_release(p, si);
         else k->empty++;
     }
     return ASCM_OK;

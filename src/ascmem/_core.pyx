@@ -68,6 +68,29 @@ cdef dict _stats_dict(ascm_stats *s):
     }
 
 
+cdef void _collect_block(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested) noexcept with gil:
+    (<list>ctx).append((usable, addr))
+
+
+cdef _warn_leaks(str what, ascm_pool *p, object kind):
+    """A ResourceWarning naming the largest live blocks of a pool being
+    destroyed: their memory would be lost with it."""
+    cdef ascm_stats s
+    ascm_pool_stats(p, &s)
+    if not s.live_count:
+        return
+    blocks = []
+    ascm_pool_walk(p, _collect_block, <void *>blocks)
+    blocks.sort(reverse=True)
+    top = ", ".join(f"{_fmt_bytes(n)} at {a:#x}" for n, a in blocks[:3])
+    where = f" ({kind} memory)" if kind else ""
+    try:
+        warnings.warn(f"{what}{where} destroyed with {s.live_count} live blocks "
+                      f"({_fmt_bytes(s.used)}); largest: {top}", ResourceWarning, stacklevel=2)
+    except Exception:  # warnings turned into errors can not propagate from a destructor
+        pass
+
+
 cdef str _fmt_bytes(uint64_t n):
     if n >= 1 << 30:
         return f"{n / (1 << 30):.2f} GiB"
@@ -146,6 +169,7 @@ cdef class Pool:
 
     def __dealloc__(self):
         if self._p is not NULL:
+            _warn_leaks("Pool", self._p, None)
             ascm_pool_destroy(self._p)
 
     cdef int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil:

@@ -117,7 +117,12 @@ cdef class Device:
             out[k] = top | (<uint64_t>k << _KIND_SHIFT)
 
     def __dealloc__(self):
+        cdef ascm_pool *p
         if self._d is not NULL:
+            for k in range(ASCM_KINDS):
+                p = ascm_device_pool(self._d, k)
+                if p is not NULL and not self._pending_by_addr:
+                    _warn_leaks(f"Device {self.device_id}", p, MemKind(k).name)
             ascm_device_destroy(self._d)
 
     # ---- hot path -------------------------------------------------------------
@@ -496,6 +501,17 @@ cdef class Device:
         self._pending_bytes = 0
         if ascm_device_reset(self._d, bases) != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
+
+    def empty_cache(self):
+        """Gives every pool's spare empty slabs back, and their pages to the
+        budget; returns the bytes released."""
+        cdef ascm_pool *p
+        released = 0
+        for k in range(ASCM_KINDS):
+            p = ascm_device_pool(self._d, k)
+            if p is not NULL:
+                released += ascm_pool_trim(p)
+        return released
 
     def reset_peaks(self):
         """Peak statistics start again from current use."""

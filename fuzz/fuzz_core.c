@@ -1,0 +1,104 @@
+/* libFuzzer harness over the C core's public functions: the input is a
+ * stream of operations on one pool, one buddy allocator and one device.
+ * Any crash, sanitizer report or failed check() is a finding.
+ *   make -C fuzz run      (clang, libFuzzer + ASan + UBSan)
+ */
+#include "ascmem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLOTS 64
+
+static uint64_t take(const uint8_t **p, size_t *n, int bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < bytes && *n; i++, (*p)++, (*n)--) v |= (uint64_t)**p << (8 * i);
+    return v;
+}
+
+static void must_check(int st, const char *what, const char *msg) {
+    if (st != ASCM_OK) {
+        fprintf(stderr, "%s check failed: %s\n", what, msg);
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    ascm_pool *pool;
+    ascm_buddy *buddy;
+    ascm_device *dev;
+    ascm_pool_config pc = {.base = 1ull << 32, .size = 8u << 20, .min_block = 4096,
+                           .page_size = 2u << 20};
+    ascm_device_config dc = {.min_block = 4096, .p2p = 0};
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        dc.base[k] = (1ull << 40) + ((uint64_t)k << 32);
+        dc.size[k] = k == ASCM_KIND_HUGE1G ? 0 : (16u << 20);
+    }
+    dc.budget.reserve = 8u << 20;
+    dc.budget.shared = 8u << 20;
+    dc.budget.huge_grows = size & 1;
+    if (ascm_pool_create(&pc, &pool) || ascm_buddy_create(1ull << 32, 6u << 20, 4096, &buddy) ||
+        ascm_device_create(&dc, &dev))
+        abort();
+    uint64_t live[3][SLOTS] = {{0}};
+    char msg[256];
+    while (size) {
+        unsigned op = (unsigned)take(&data, &size, 1);
+        unsigned slot = (unsigned)take(&data, &size, 1) % SLOTS;
+        unsigned shift = (unsigned)take(&data, &size, 1) % 24;
+        uint64_t req = take(&data, &size, 3) & ((1ull << shift) - 1);
+        uint64_t align = 1ull << (take(&data, &size, 1) % 14);
+        int kind, events;
+        switch (op % 8) {
+        case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
+            if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
+                live[0][slot] = 0;
+            break;
+        case 1: /* pool free, valid or not */
+            ascm_pool_free(pool, live[0][slot] ? live[0][slot] : req);
+            live[0][slot] = 0;
+            break;
+        case 2:
+            if (!live[1][slot] && ascm_buddy_alloc(buddy, req, align, &live[1][slot]) != ASCM_OK)
+                live[1][slot] = 0;
+            break;
+        case 3:
+            ascm_buddy_free(buddy, live[1][slot] ? live[1][slot] : req + (1ull << 32));
+            live[1][slot] = 0;
+            break;
+        case 4: /* device: any policy value, any sizing mode */
+            if (!live[2][slot] &&
+                ascm_device_malloc(dev, req, (uint32_t)take(&data, &size, 4), (int)(align % 4),
+                                   &live[2][slot], &kind, &events) != ASCM_OK)
+                live[2][slot] = 0;
+            break;
+        case 5:
+            ascm_device_free(dev, live[2][slot] ? live[2][slot] : req, 0x1F, &kind);
+            live[2][slot] = 0;
+            break;
+        case 6: {
+            uint64_t sizes[4] = {req, req / 2 + 1, req * 3, 64}, addrs[4];
+            size_t done;
+            if (ascm_pool_alloc_many(pool, sizes, 4, align, addrs, &done) == ASCM_OK)
+                ascm_pool_free_many(pool, addrs, 4, &done);
+            else
+                ascm_pool_free_many(pool, addrs, done, &done);
+            break;
+        }
+        default:
+            if (req & 1) ascm_pool_trim(pool);
+            must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);
+            must_check(ascm_buddy_check(buddy, msg, sizeof msg), "buddy", msg);
+        }
+    }
+    must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);
+    must_check(ascm_buddy_check(buddy, msg, sizeof msg), "buddy", msg);
+    for (int k = 0; k < ASCM_KINDS; k++)
+        if (ascm_device_pool(dev, k))
+            must_check(ascm_pool_check(ascm_device_pool(dev, k), msg, sizeof msg), "device", msg);
+    ascm_pool_destroy(pool);
+    ascm_buddy_destroy(buddy);
+    ascm_device_destroy(dev);
+    return 0;
+}

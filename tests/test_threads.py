@@ -1,0 +1,131 @@
+"""Threads: many Python threads on one pool and one device, cross-thread frees,
+batch calls that release the GIL; leaks reported at destruction."""
+import gc
+import queue
+import random
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import ascmem
+from conftest import BASE
+
+THREADS, OPS = 8, 50_000
+
+
+def test_eight_threads_fifty_thousand_ops_each_with_cross_thread_frees():
+    pool = ascmem.Pool(16 << 30, base=BASE)
+    handoff = queue.Queue()  # blocks allocated by one thread, freed by another
+    counts = [[0, 0] for _ in range(THREADS)]
+    errors = []
+
+    def work(t):
+        rng = random.Random(t)
+        mine = []
+        try:
+            for i in range(OPS):
+                r = rng.random()
+                if len(mine) > 300:  # keep each thread's live set bounded
+                    r = 0.9
+                if r < 0.4 or not mine:
+                    size = rng.choice((rng.randint(1, 512), rng.randint(513, 40_000),
+                                       rng.randint(40_001, 3 << 20)))
+                    mine.append(pool.alloc(size))
+                    counts[t][0] += 1
+                elif r < 0.5:
+                    handoff.put(mine.pop(rng.randrange(len(mine))))
+                elif r < 0.7:
+                    try:
+                        pool.free(handoff.get_nowait())
+                        counts[t][1] += 1
+                    except queue.Empty:
+                        pass
+                else:
+                    pool.free(mine.pop(rng.randrange(len(mine))))
+                    counts[t][1] += 1
+                if i % 10_000 == 0:  # a batch call, GIL released inside
+                    addrs = pool.alloc_many(np.full(50, 256))
+                    pool.free_many(addrs)
+                    counts[t][0] += 50
+                    counts[t][1] += 50
+            for a in mine:
+                pool.free(a)
+                counts[t][1] += 1
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    while not handoff.empty():
+        pool.free(handoff.get())
+        counts[0][1] += 1
+    s = pool.stats()
+    assert s["alloc_count"] == sum(c[0] for c in counts)
+    assert s["free_count"] == sum(c[1] for c in counts)
+    assert s["live_count"] == 0 and s["used"] == 0 and s["requested"] == 0
+    pool.check()
+
+
+def test_threads_on_one_device():
+    d = ascmem.Device("atlas-training")
+    errors = []
+
+    def work(t):
+        rng = random.Random(100 + t)
+        live = []
+        try:
+            for _ in range(5000):
+                if live and rng.random() < 0.5:
+                    p, kind = live.pop(rng.randrange(len(live)))
+                    (d.dvpp_free if kind else d.free)(p)
+                elif rng.random() < 0.3:
+                    live.append((d.dvpp_malloc(rng.randint(1, 4 << 20)), True))
+                else:
+                    live.append((d.malloc(rng.randint(1, 8 << 20), rng.choice((0, 1, 2))), False))
+            for p, kind in live:
+                (d.dvpp_free if kind else d.free)(p)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    d.empty_cache()  # spare slabs hold a few normal pages until then
+    b = d.budget()
+    assert b["huge_used"] == 0 and b["normal_used"] == 0
+    d.check()
+
+
+def test_leaked_blocks_are_reported_when_a_pool_goes():
+    pool = ascmem.Pool(1 << 26, base=BASE)
+    pool.alloc(3 << 20)
+    pool.alloc(100)
+    with pytest.warns(ResourceWarning, match=r"2 live blocks.*3.00 MiB at 0x"):
+        del pool
+        gc.collect()
+
+
+def test_leaked_device_blocks_are_reported():
+    d = ascmem.Device("atlas-inference")
+    d.dvpp_malloc(5000)
+    with pytest.warns(ResourceWarning, match="DVPP"):
+        del d
+        gc.collect()
+
+
+def test_no_warning_for_a_clean_pool():
+    pool = ascmem.Pool(1 << 20, base=BASE)
+    pool.free(pool.alloc(10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del pool
+        gc.collect()
