@@ -220,13 +220,18 @@ cdef class Pool:
         cdef uint64_t[::1] addrs = out
         cdef size_t done = 0, undone = 0, n = sz.shape[0]
         cdef int st = ASCM_OK
+        cdef ascm_stats s
         if n:
             with nogil:
                 st = ascm_pool_alloc_many(self._p, &sz[0], n, align, &addrs[0], &done)
-                if st != ASCM_OK and done:
-                    ascm_pool_free_many(self._p, &addrs[0], done, &undone)
         if st != ASCM_OK:
-            self._alloc_error(st, sz[done], align)
+            ascm_pool_stats(self._p, &s)  # as it was when the request failed
+            msg = _alloc_failure(st, sz[done], align, self.capacity, &s)
+            if done:
+                with nogil:
+                    ascm_pool_free_many(self._p, &addrs[0], done, &undone)
+            _raise(st, f"alloc_many: item {done} of {n}: {msg}; the {done} blocks already "
+                       f"allocated were given back")
         return out
 
     def free_many(self, addrs):
