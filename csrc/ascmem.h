@@ -176,6 +176,19 @@ int ascm_pluggable_register(int device, ascm_device *d);
 
 const char *ascm_status_str(int status);
 
+/* ---- real memory from the OS (host backend) ----------------------------- */
+
+enum { ASCM_OS_NORMAL = 0, ASCM_OS_THP = 1, ASCM_OS_HUGETLB = 2 };
+/* Reserves size bytes at a multiple of align, touched only when used; with
+ * want_huge, explicit huge pages when the OS has them configured, else
+ * transparent huge pages advised; *got says which (ASCM_OS_*). */
+int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got);
+int ascm_os_release(uint64_t addr, uint64_t size);
+/* Hands the pages of [addr, addr + size) back to the OS; they read as zero after. */
+int ascm_os_discard(uint64_t addr, uint64_t size);
+/* Calls fn(ctx, addr, size, 0) for each free span of the large-block path. */
+void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,3 +22,52 @@ void ascm_free_big(void *p, size_t bytes) {
     if (bytes < BIG_ARRAY) free(p);
     else munmap(p, bytes);
 }
+
+/* ---- real memory for the host backend ---------------------------------- */
+
+#ifndef MAP_HUGETLB
+#define MAP_HUGETLB 0x40000
+#endif
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0x4000
+#endif
+
+int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got) {
+    *got = ASCM_OS_NORMAL;
+    if (size == 0 || !ascm_is_pow2(align)) return ASCM_ERR_INVAL;
+    if (want_huge && size % (2u << 20) == 0) {
+        /* explicit huge pages, when configured: without MAP_NORESERVE the
+         * kernel reserves them now and refuses if too few are free (with it,
+         * a later page fault could raise SIGBUS instead) */
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+                       -1, 0);
+        if (p != MAP_FAILED) {
+            *addr = (uint64_t)(uintptr_t)p;
+            *got = ASCM_OS_HUGETLB;
+            return ASCM_OK;
+        }
+    }
+    /* reserve extra to cut an aligned range out of it; pages come on first touch */
+    uint64_t span = size + align;
+    void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) return ASCM_ERR_HOSTMEM;
+    uint64_t start = ((uint64_t)(uintptr_t)p + align - 1) & ~(align - 1);
+    uint64_t head = start - (uint64_t)(uintptr_t)p, tail = span - head - size;
+    if (head) munmap(p, head);
+    if (tail) munmap((void *)(uintptr_t)(start + size), tail);
+#ifdef MADV_HUGEPAGE
+    if (want_huge && madvise((void *)(uintptr_t)start, size, MADV_HUGEPAGE) == 0)
+        *got = ASCM_OS_THP;
+#endif
+    *addr = start;
+    return ASCM_OK;
+}
+
+int ascm_os_release(uint64_t addr, uint64_t size) {
+    return munmap((void *)(uintptr_t)addr, size) == 0 ? ASCM_OK : ASCM_ERR_INVAL;
+}
+
+int ascm_os_discard(uint64_t addr, uint64_t size) {
+    return madvise((void *)(uintptr_t)addr, size, MADV_DONTNEED) == 0 ? ASCM_OK : ASCM_ERR_INVAL;
+}

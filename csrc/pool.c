@@ -298,6 +298,15 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
     return released;
 }
 
+void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
+    ascm_lock_acquire(&p->lock);
+    for (uint32_t i = 1; i < p->fit.nused; i++) {
+        const ascm_fit_node *n = &p->fit.nodes[i];
+        if (n->len && n->is_free) fn(ctx, p->base + (n->off << p->gshift), n->len << p->gshift, 0);
+    }
+    ascm_lock_release(&p->lock);
+}
+
 void ascm_pool_reset_peaks(ascm_pool *p) {
     ascm_lock_acquire(&p->lock);
     p->peak_used = p->used;

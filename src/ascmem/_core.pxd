@@ -95,6 +95,14 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_reset_peaks(ascm_device *d)
     int ascm_pluggable_register(int device, ascm_device *d)
     void ascm_pool_reset_peaks(ascm_pool *p)
+    void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx)
+    enum:
+        ASCM_OS_NORMAL
+        ASCM_OS_THP
+        ASCM_OS_HUGETLB
+    int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got)
+    int ascm_os_release(uint64_t addr, uint64_t size)
+    int ascm_os_discard(uint64_t addr, uint64_t size)
 
 
 cdef class Pool:
@@ -124,6 +132,10 @@ cdef class Device:
     cdef dict _recorded         # address -> set of extra streams (record_stream)
     cdef uint64_t _pending_bytes, _seq
     cdef object _oom_callback
+    # host backend: real memory behind each kind's range
+    cdef uint64_t _real_base[5]
+    cdef int _os_got[5]
+    cdef dict _views            # address -> number of live buffer exports
     cdef object __weakref__
     cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil
     cdef int free_raw(self, uint64_t addr) noexcept nogil
@@ -132,6 +144,8 @@ cdef class Device:
                               int events, object policy_obj, str call) except? 0
     cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call)
     cdef _release(self, list entries, object stream, uint64_t upto)
+    cdef _map_ranges(self, uint64_t *out)
+    cdef _unmap_ranges(self, uint64_t *bases)
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)
 

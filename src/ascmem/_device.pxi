@@ -19,7 +19,9 @@ cdef unsigned _DVPP_MASK = 1 << ASCM_KIND_DVPP
 cdef unsigned _HOST_MASK = 1 << ASCM_KIND_HOST
 cdef unsigned _ANY_MASK = 0x1F
 
-_BACKENDS = ("sim",)
+_BACKENDS = ("sim", "host")
+_OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
+             ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
 _CAUSE_TEXT = {
     ASCM_EVENT_HUGE_FALLBACK: "a HUGE_FIRST request above 1 MiB found no huge pages and got "
                               "normal pages instead",
@@ -66,6 +68,7 @@ cdef class Device:
         self._pending = {}
         self._pending_by_addr = {}
         self._recorded = {}
+        self._views = {}
         self._oom_callback = None
         mem = prof.memory if memory is None else as_u64(memory, "memory")
         if free_os_memory is not None:
@@ -105,12 +108,43 @@ cdef class Device:
             if self._sizes[k] >= (<uint64_t>1 << _KIND_SHIFT):
                 raise InvalidArgumentError("memory beyond 128 GiB per kind is not modelled")
             cfg.size[k] = self._sizes[k]
+        if backend == "host":
+            self._map_ranges(self._real_base)
         self._bases(cfg.base)
         cdef int st = ascm_device_create(&cfg, &self._d)
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
 
+    cdef _map_ranges(self, uint64_t *out):
+        """Host backend: reserves real memory for every kind's range (touched
+        only when used); huge kinds 2 MiB-aligned, on huge pages if possible."""
+        cdef uint64_t addr
+        cdef int got, k, j
+        for k in range(ASCM_KINDS):
+            out[k] = 0
+            if not self._sizes[k]:
+                continue
+            huge = k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G)
+            if ascm_os_reserve(self._sizes[k], (2 << 20) if huge else 4096, huge, &addr,
+                               &got) != ASCM_OK:
+                for j in range(k):
+                    if out[j]:
+                        ascm_os_release(out[j], self._sizes[j])
+                raise OutOfMemoryError(f"the OS refused {_fmt_bytes(self._sizes[k])} of address "
+                                       f"space for {MemKind(k).name} memory")
+            out[k] = addr
+            self._os_got[k] = got
+
+    cdef _unmap_ranges(self, uint64_t *bases):
+        for k in range(ASCM_KINDS):
+            if bases[k] and self._sizes[k]:
+                ascm_os_release(bases[k], self._sizes[k])
+
     cdef _bases(self, uint64_t *out):
+        if self.backend == "host":
+            for k in range(ASCM_KINDS):
+                out[k] = self._real_base[k]
+            return
         cdef uint64_t top = (<uint64_t>(self.device_id + 1) << _DEVICE_SHIFT) | \
             (<uint64_t>(self._epoch % _EPOCHS) << _EPOCH_SHIFT)
         for k in range(ASCM_KINDS):
@@ -124,6 +158,8 @@ cdef class Device:
                 if p is not NULL and not self._pending_by_addr:
                     _warn_leaks(f"Device {self.device_id}", p, MemKind(k).name)
             ascm_device_destroy(self._d)
+            if self.backend == "host":
+                self._unmap_ranges(self._real_base)
 
     # ---- hot path -------------------------------------------------------------
 
@@ -170,7 +206,7 @@ cdef class Device:
         record_stream), the block waits until the streams' work is done."""
         cdef int kind
         cdef uint64_t a = as_u64(ptr, "pointer")
-        if stream is not None or self._recorded or self._pending_by_addr:
+        if stream is not None or self._recorded or self._pending_by_addr or self._views:
             return self._free_slow(a, _DEVICE_MASK, stream, "free")
         cdef int st = ascm_device_free(self._d, a, _DEVICE_MASK, &kind)
         if st != ASCM_OK:
@@ -193,7 +229,7 @@ cdef class Device:
     def dvpp_free(self, ptr, stream=None):
         cdef int kind
         cdef uint64_t a = as_u64(ptr, "pointer")
-        if stream is not None or self._recorded or self._pending_by_addr:
+        if stream is not None or self._recorded or self._pending_by_addr or self._views:
             return self._free_slow(a, _DVPP_MASK, stream, "dvpp_free")
         cdef int st = ascm_device_free(self._d, a, _DVPP_MASK, &kind)
         if st != ASCM_OK:
@@ -206,6 +242,9 @@ cdef class Device:
         cdef uint64_t usable
         if addr in self._pending_by_addr:
             raise InvalidFreeError(f"{call}: {addr:#x} was already freed and waits on a stream")
+        if self._views.get(addr):
+            raise InvalidFreeError(f"{call}: {addr:#x} still has {self._views[addr]} live buffer "
+                                   f"view(s); drop them (del / release()) before freeing")
         if k < 0 or not (mask >> k) & 1 or \
                 ascm_pool_usable_size(ascm_device_pool(self._d, k), addr, &usable) != ASCM_OK:
             _raise(ASCM_ERR_BADFREE, self._bad_pointer(addr, k, call, mask))
@@ -327,9 +366,49 @@ cdef class Device:
 
     def free_host(self, ptr):
         cdef int kind
-        cdef int st = ascm_device_free(self._d, as_u64(ptr, "pointer"), _HOST_MASK, &kind)
+        cdef uint64_t a = as_u64(ptr, "pointer")
+        if self._views:
+            return self._free_slow(a, _HOST_MASK, None, "free_host")
+        cdef int st = ascm_device_free(self._d, a, _HOST_MASK, &kind)
         if st != ASCM_OK:
             _raise(st, self._bad_pointer(ptr, kind, "free_host", _HOST_MASK))
+
+    # ---- real memory (host backend) ---------------------------------------------
+
+    def buffer(self, ptr, nbytes=None):
+        """A writable memoryview of a live block (host backend).  The rule for
+        views: a block cannot be freed while a view of it (or a numpy array
+        made from one) is alive; free raises InvalidFreeError."""
+        cdef uint64_t a = as_u64(ptr, "pointer"), usable
+        cdef int k = ascm_device_kind_of(self._d, a)
+        if self.backend != "host":
+            raise UnsupportedError(f"the {self.backend} backend holds no memory the host can "
+                                   f"read; use backend='host'")
+        if k < 0 or a in self._pending_by_addr or \
+                ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &usable) != ASCM_OK:
+            raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
+        n = usable if nbytes is None else as_u64(nbytes, "nbytes")
+        if n == 0 or n > usable:
+            raise InvalidArgumentError(f"nbytes {n} does not fit the block's {usable} bytes")
+        return memoryview(_BlockBuffer(self, a, n))
+
+    def as_array(self, ptr, shape, dtype="uint8"):
+        """A numpy array on a live block's memory (no copy); the array counts
+        as a view of the block.  Arrays export DLPack (numpy.from_dlpack)."""
+        dt = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        count = 1
+        for s in shape:
+            count *= s
+        buf = self.buffer(ptr, count * dt.itemsize)
+        return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+
+    def pages(self):
+        """Which pages the OS gave each kind's range (host backend)."""
+        if self.backend != "host":
+            return {}
+        return {MemKind(k).name.lower(): _OS_PAGES[self._os_got[k]]
+                for k in range(ASCM_KINDS) if self._sizes[k]}
 
     # ---- failures and warnings ------------------------------------------------
 
@@ -489,7 +568,15 @@ cdef class Device:
         invalidates every pointer handed out before (freeing one raises
         InvalidFreeError)."""
         cdef uint64_t bases[5]
+        cdef uint64_t old[5]
+        if self._views:
+            raise InvalidArgumentError(f"reset: {sum(self._views.values())} buffer views of device "
+                                       f"memory are still alive")
         self._epoch += 1
+        if self.backend == "host":
+            old = self._real_base
+            self._map_ranges(self._real_base)  # new addresses: old pointers can not alias
+            self._unmap_ranges(old)
         self._bases(bases)
         ascm_device_charge_fixed(self._d, -<int64_t>self._fixed_taken)
         self._fixed_taken = 0
@@ -504,13 +591,27 @@ cdef class Device:
 
     def empty_cache(self):
         """Gives every pool's spare empty slabs back, and their pages to the
-        budget; returns the bytes released."""
+        budget; on the host backend the pages of every fully free span go back
+        to the OS too (MADV_DONTNEED).  Returns the bytes released."""
         cdef ascm_pool *p
+        cdef list spans
         released = 0
         for k in range(ASCM_KINDS):
             p = ascm_device_pool(self._d, k)
-            if p is not NULL:
-                released += ascm_pool_trim(p)
+            if p is NULL:
+                continue
+            released += ascm_pool_trim(p)
+            if self.backend == "host":
+                spans = []
+                ascm_pool_walk_free(p, _collect, <void *>spans)
+                page = 2 << 20 if k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP) else 4096
+                if k == ASCM_KIND_HUGE1G:
+                    page = 1 << 30
+                for addr, size, _ in spans:
+                    lo = (addr + page - 1) // page * page
+                    hi = (addr + size) // page * page
+                    if hi > lo:
+                        ascm_os_discard(lo, hi - lo)
         return released
 
     def reset_peaks(self):
@@ -626,3 +727,39 @@ def _pluggable_register(int index, Device device=None):
     (None: unregisters).  Used by ascmem.pluggable."""
     if ascm_pluggable_register(index, device._d if device is not None else NULL) != ASCM_OK:
         raise InvalidArgumentError(f"device index {index} is outside 0..63")
+
+
+@cython.final
+cdef class _BlockBuffer:
+    """Exports a live block of a host-backend Device through the buffer
+    protocol, counting exports so that the block cannot be freed under them."""
+    cdef Device dev
+    cdef uint64_t addr, nbytes
+    cdef Py_ssize_t shape[1]
+
+    def __cinit__(self, Device dev, uint64_t addr, uint64_t nbytes):
+        self.dev = dev
+        self.addr = addr
+        self.nbytes = nbytes
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        self.shape[0] = <Py_ssize_t>self.nbytes
+        view.buf = <void *><size_t>self.addr
+        view.obj = self
+        view.len = <Py_ssize_t>self.nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.dev._views[self.addr] = self.dev._views.get(self.addr, 0) + 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        n = self.dev._views.get(self.addr, 0) - 1
+        if n > 0:
+            self.dev._views[self.addr] = n
+        else:
+            self.dev._views.pop(self.addr, None)
