@@ -94,3 +94,15 @@ def test_truncated_gzip(tmp_path):
 def test_missing_file_is_a_trace_error(tmp_path):
     with pytest.raises(tr.TraceError, match="cannot read"):
         tr.load(tmp_path / "nope.csv")
+
+
+def test_fuzz_regressions_are_clean_errors():
+    """Inputs the fuzzers found (fuzz/regressions/python-*) give a TraceError."""
+    import base64
+    data = base64.b64decode("2/oGBgYGBgANBhEGBgYGBgYGBgYGBiMGBgYGBgYGBgYGBgYjBgYGBgYGBgY=")
+    with pytest.raises(tr.TraceError):
+        tr.load(io.BytesIO(data[7:]))  # the part the harness handed to the loader
+    with pytest.raises(tr.TraceError, match="trace:2"):
+        tr.load(io.BytesIO(b"op,id,size\na,1,\r5\n"))
+    with pytest.raises(tr.TraceError):
+        tr.load(io.BytesIO(b'op,id,size\na,"1\x00,5\n'))

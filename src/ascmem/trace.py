@@ -82,14 +82,14 @@ def _open_text(path_or_file):
         except OSError as exc:
             raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
     if isinstance(data, str):
-        return io.StringIO(data), name
+        return io.StringIO(data, newline=""), name
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (EOFError, OSError, gzip.BadGzipFile) as exc:
             raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
     try:
-        return io.StringIO(data.decode("utf-8")), name
+        return io.StringIO(data.decode("utf-8"), newline=""), name
     except UnicodeDecodeError:
         raise TraceError(f"{name}: not a text CSV file") from None
 
@@ -98,6 +98,13 @@ def load(path_or_file):
     """Reads a trace; any malformed line raises TraceError naming it."""
     text, name = _open_text(path_or_file)
     reader = csv.reader(text)
+    try:
+        return _parse(reader, name)
+    except csv.Error as exc:  # e.g. a stray carriage return inside a field
+        raise TraceError(f"{name}:{reader.line_num}: not valid CSV ({exc})") from None
+
+
+def _parse(reader, name):
     header = next(reader, None)
     if not header or [h.strip() for h in header[:3]] != ["op", "id", "size"]:
         raise TraceError(f"{name}:1: the header must start with op,id,size (got {header!r})")
