@@ -136,6 +136,8 @@ cdef class Device:
     cdef uint64_t _real_base[5]
     cdef int _os_got[5]
     cdef dict _views            # address -> number of live buffer exports
+    cdef object _acl            # acl backend: the pyACL module the chunks came from
+    cdef list _acl_chunks       # (free function name, address) to give back on close()
     cdef object __weakref__
     cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil
     cdef int free_raw(self, uint64_t addr) noexcept nogil
@@ -145,6 +147,7 @@ cdef class Device:
     cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call)
     cdef _release(self, list entries, object stream, uint64_t upto)
     cdef _map_ranges(self, uint64_t *out)
+    cdef _acl_ranges(self, uint64_t *out)
     cdef _unmap_ranges(self, uint64_t *bases)
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)

@@ -2,7 +2,7 @@
 # _core.pyx so that its hot path is compiled with the pools').
 
 from ascmem import profiles as _profiles
-from ascmem.errors import (MisalignedError, PrecautionWarning, UnsupportedError)
+from ascmem.errors import (AscmemError, MisalignedError, PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
 
 cdef uint64_t _MiB = 1 << 20
@@ -19,7 +19,7 @@ cdef unsigned _DVPP_MASK = 1 << ASCM_KIND_DVPP
 cdef unsigned _HOST_MASK = 1 << ASCM_KIND_HOST
 cdef unsigned _ANY_MASK = 0x1F
 
-_BACKENDS = ("sim", "host")
+_BACKENDS = ("sim", "host", "acl")
 _OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
              ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
 _CAUSE_TEXT = {
@@ -46,7 +46,7 @@ cdef class Device:
 
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
-                  limit=None):
+                  limit=None, pool_sizes=None, acl_module=None):
         self._d = NULL
         prof = _profiles.get(model)
         mode = prof.default_mode if mode is None else str(mode).upper()
@@ -69,6 +69,7 @@ cdef class Device:
         self._pending_by_addr = {}
         self._recorded = {}
         self._views = {}
+        self._acl_chunks = []
         self._oom_callback = None
         mem = prof.memory if memory is None else as_u64(memory, "memory")
         if free_os_memory is not None:
@@ -104,12 +105,31 @@ cdef class Device:
         self._sizes[ASCM_KIND_DVPP] = min(<uint64_t>prof.media_window, app)
         self._sizes[ASCM_KIND_HOST] = as_u64(host_memory, "host_memory") // 4096 * 4096
         self._sizes[ASCM_KIND_HUGE1G] = (app // _GiB * _GiB) if prof.huge1g else 0
+        if pool_sizes:  # the size each pool takes from its upstream (host, acl)
+            for kind, n in dict(pool_sizes).items():
+                k = int(MemKind(kind) if not isinstance(kind, str) else MemKind[kind.upper()])
+                self._sizes[k] = as_u64(n, "pool size") // (2 << 20) * (2 << 20)
+        elif backend == "acl":  # the runtime gives what the budget allows, not address space
+            self._sizes[ASCM_KIND_HUGE] = (reserve or app // 2) // (2 << 20) * (2 << 20)
+            self._sizes[ASCM_KIND_NORMAL] = (app - self._sizes[ASCM_KIND_HUGE]) // 2 // 4096 * 4096
+            self._sizes[ASCM_KIND_DVPP] = min(self._sizes[ASCM_KIND_DVPP], app // 4) // (2 << 20) * (2 << 20)
+            self._sizes[ASCM_KIND_HOST] = min(self._sizes[ASCM_KIND_HOST], 1 << 30)
+            self._sizes[ASCM_KIND_HUGE1G] = 0
         for k in range(ASCM_KINDS):
             if self._sizes[k] >= (<uint64_t>1 << _KIND_SHIFT):
                 raise InvalidArgumentError("memory beyond 128 GiB per kind is not modelled")
             cfg.size[k] = self._sizes[k]
         if backend == "host":
             self._map_ranges(self._real_base)
+        elif backend == "acl":
+            if acl_module is None:
+                try:
+                    import acl as acl_module
+                except ImportError:
+                    raise UnsupportedError("backend='acl' needs pyACL (`import acl` failed); use "
+                                           "backend='sim' or 'host' without an Ascend runtime") from None
+            self._acl = acl_module
+            self._acl_ranges(self._real_base)
         self._bases(cfg.base)
         cdef int st = ascm_device_create(&cfg, &self._d)
         if st != ASCM_OK:
@@ -135,13 +155,51 @@ cdef class Device:
             out[k] = addr
             self._os_got[k] = got
 
+    cdef _acl_ranges(self, uint64_t *out):
+        """acl backend: one big chunk per kind from the runtime, sub-allocated
+        here, as CANN advises instead of frequent aclrtMalloc calls."""
+        acl = self._acl
+        calls = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
+                 ASCM_KIND_NORMAL: ("rt", "malloc", 2, "free"),
+                 ASCM_KIND_DVPP: ("media", "dvpp_malloc", None, "dvpp_free"),
+                 ASCM_KIND_HOST: ("rt", "malloc_host", None, "free_host"),
+                 ASCM_KIND_HUGE1G: ("rt", "malloc", 6, "free")}
+        for k in range(ASCM_KINDS):
+            out[k] = 0
+            if not self._sizes[k]:
+                continue
+            ns, name, policy, free_name = calls[k]
+            fn = getattr(getattr(acl, ns), name)
+            ptr, ret = fn(self._sizes[k], policy) if policy is not None else fn(self._sizes[k])
+            if ret != 0 or not ptr:
+                self.close()
+                err = OutOfMemoryError if ret in (207001, 200000) else AscmemError
+                e = err(f"acl.{ns}.{name}({self._sizes[k]}) for the {MemKind(k).name} pool "
+                        f"returned {ret}")
+                e.code = ret
+                raise e
+            if ptr % 4096:
+                self.close()
+                raise MisalignedError(f"acl.{ns}.{name} returned {ptr:#x}, not 4 KiB aligned")
+            self._acl_chunks.append((ns, free_name, ptr))
+            out[k] = ptr
+
+    def close(self):
+        """Gives the chunks taken from the runtime back (acl backend).  The
+        device cannot allocate afterwards."""
+        while self._acl_chunks:
+            ns, free_name, ptr = self._acl_chunks.pop()
+            ret = getattr(getattr(self._acl, ns), free_name)(ptr)
+            if ret != 0:
+                warnings.warn(f"acl.{ns}.{free_name}({ptr:#x}) returned {ret}", ResourceWarning)
+
     cdef _unmap_ranges(self, uint64_t *bases):
         for k in range(ASCM_KINDS):
             if bases[k] and self._sizes[k]:
                 ascm_os_release(bases[k], self._sizes[k])
 
     cdef _bases(self, uint64_t *out):
-        if self.backend == "host":
+        if self.backend in ("host", "acl"):
             for k in range(ASCM_KINDS):
                 out[k] = self._real_base[k]
             return
@@ -160,6 +218,11 @@ cdef class Device:
             ascm_device_destroy(self._d)
             if self.backend == "host":
                 self._unmap_ranges(self._real_base)
+            elif self._acl_chunks:
+                try:
+                    self.close()
+                except Exception:
+                    pass
 
     # ---- hot path -------------------------------------------------------------
 
@@ -577,6 +640,9 @@ cdef class Device:
             old = self._real_base
             self._map_ranges(self._real_base)  # new addresses: old pointers can not alias
             self._unmap_ranges(old)
+        elif self.backend == "acl":
+            self.close()
+            self._acl_ranges(self._real_base)
         self._bases(bases)
         ascm_device_charge_fixed(self._d, -<int64_t>self._fixed_taken)
         self._fixed_taken = 0

@@ -1,0 +1,59 @@
+"""A recording stand-in for pyACL's memory calls (the real runtime is not
+available here).  It enforces pyACL's signatures and return conventions:
+allocations return (ptr, ret), frees return ret, bad arguments give
+ACL_ERROR_INVALID_PARAM, and every call is recorded."""
+import types
+
+ACL_SUCCESS = 0
+ACL_ERROR_INVALID_PARAM = 100000
+ACL_ERROR_RT_MEMORY_FREE = 207002
+
+
+def make():
+    calls = []
+    live = {}
+    next_ptr = [0x7000_0000_0000]
+
+    def record(name, *args):
+        calls.append((name,) + args)
+
+    def _alloc(name, size, *rest):
+        record(name, size, *rest)
+        if not isinstance(size, int) or size <= 0:
+            return 0, ACL_ERROR_INVALID_PARAM
+        ptr = next_ptr[0]
+        next_ptr[0] += (size + 4095) // 4096 * 4096
+        live[ptr] = size
+        return ptr, ACL_SUCCESS
+
+    def _free(name, ptr):
+        record(name, ptr)
+        if ptr not in live:
+            return ACL_ERROR_RT_MEMORY_FREE
+        del live[ptr]
+        return ACL_SUCCESS
+
+    def malloc(size, policy):
+        if not isinstance(policy, int):
+            raise TypeError("policy must be an int")
+        return _alloc("rt.malloc", size, policy)
+
+    def malloc_align32(size, policy):
+        return _alloc("rt.malloc_align32", size, policy)
+
+    def get_mem_info(attr):
+        record("rt.get_mem_info", attr)
+        return 1 << 30, 1 << 31, ACL_SUCCESS
+
+    mod = types.SimpleNamespace(
+        rt=types.SimpleNamespace(
+            malloc=malloc, malloc_align32=malloc_align32,
+            free=lambda ptr: _free("rt.free", ptr),
+            malloc_host=lambda size: _alloc("rt.malloc_host", size),
+            free_host=lambda ptr: _free("rt.free_host", ptr),
+            get_mem_info=get_mem_info),
+        media=types.SimpleNamespace(
+            dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
+            dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
+        calls=calls, live=live)
+    return mod
