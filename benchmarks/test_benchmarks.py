@@ -69,3 +69,23 @@ def test_replay_example_on_device(benchmark, name):
     d = ascmem.Device(model)
     report = benchmark(lambda: tr.replay(t, d))
     assert report["failures"] == 0
+
+
+def test_host_buffer_from_pool(benchmark):
+    d = ascmem.Device("atlas-inference", backend="host")
+    n = 8 * MiB
+
+    def run():
+        p = d.malloc_host(n)
+        a = d.as_array(p, n)
+        a[::4096] = 1
+        del a
+        d.free_host(p)
+    benchmark(run)
+
+
+def test_host_buffer_numpy_empty(benchmark):
+    def run():
+        a = np.empty(8 * MiB, dtype=np.uint8)
+        a[::4096] = 1
+    benchmark(run)

@@ -74,6 +74,34 @@ def batch_pairs(count, repeat):
     return _median_ns("pool.free_many(pool.alloc_many(sizes))", env, 1, repeat) / count
 
 
+def host_buffers(number, repeat):
+    """8 MiB host buffer: acquire + view + release from a host-backend pool,
+    against numpy.empty of 8 MiB plus touching every page (what a pipeline
+    does without a pool).  Median ns of each."""
+    dev = ascmem.Device("atlas-inference", backend="host")
+    n = 8 * MiB
+
+    def pooled():
+        p = dev.malloc_host(n)
+        a = dev.as_array(p, n)
+        a[::4096] = 1  # touch every page (already resident after the first use)
+        del a
+        dev.free_host(p)
+
+    def fresh():
+        a = np.empty(n, dtype=np.uint8)
+        a[::4096] = 1  # first touch: the OS faults in every page
+
+    env = {"pooled": pooled, "fresh": fresh}
+    timers = {"pool": timeit.Timer("pooled()", globals=env),
+              "numpy": timeit.Timer("fresh()", globals=env)}
+    samples = {k: [] for k in timers}
+    for _ in range(repeat):
+        for k, t in timers.items():
+            samples[k].append(t.timeit(number) / number * 1e9)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def c_core(runs):
     """Runs benchmarks/c/bench_core.c when the source tree and a C compiler are
     here; returns {'steady': ns, 'lifo': ns} or None."""
@@ -153,6 +181,11 @@ def main(argv=None):
     if core:
         print(f"C core (no Python), median ns per pair: steady state {core['steady']:.1f}, "
               f"LIFO {core['lifo']:.1f}; batch / C steady = {batch / core['steady']:.2f}x")
+
+    host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
+    print(f"8 MiB host buffer, acquire + touch + release: pool {host['pool'] / 1e3:.1f} us, "
+          f"numpy.empty + touch {host['numpy'] / 1e3:.1f} us "
+          f"({host['numpy'] / host['pool']:.1f}x faster from the pool)")
 
     names = ["pool", "buddy", "bestfit"] + (["tlsf"] if tr.tlsf_available() else [])
     resolution = (1 << 20) if args.quick else 64 * 1024
