@@ -102,6 +102,9 @@ def test_fuzz_regressions_are_clean_errors():
     data = base64.b64decode("2/oGBgYGBgANBhEGBgYGBgYGBgYGBiMGBgYGBgYGBgYGBgYjBgYGBgYGBgY=")
     with pytest.raises(tr.TraceError):
         tr.load(io.BytesIO(data[7:]))  # the part the harness handed to the loader
+    data = base64.b64decode("H4slDv//BwAAAAAAAAAfiwgAAAAAAAAALiX/Dg4OlQ==")  # a corrupt deflate block
+    with pytest.raises(tr.TraceError, match="gzip"):
+        tr.load(io.BytesIO(data[9:]))
     with pytest.raises(tr.TraceError, match="trace:2"):
         tr.load(io.BytesIO(b"op,id,size\na,1,\r5\n"))
     with pytest.raises(tr.TraceError):

@@ -15,6 +15,7 @@ import gzip
 import io
 import os
 import time
+import zlib
 
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
 
@@ -86,7 +87,7 @@ def _open_text(path_or_file):
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (EOFError, OSError, gzip.BadGzipFile) as exc:
+        except (EOFError, OSError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
     try:
         return io.StringIO(data.decode("utf-8"), newline=""), name
