@@ -43,6 +43,28 @@ def test_recorder_wraps_a_pool_too():
     assert [(e.op, e.size) for e in rec.trace().events] == [("a", 100), ("f", 100)]
 
 
+def test_recorder_wraps_the_acl_dropin(tmp_path):
+    from ascmem import acl
+    acl.use(ascmem.Device("atlas-inference"))
+    try:
+        rec = tr.AclRecorder()
+        frame, ret = rec.media.dvpp_malloc(3_110_400)
+        out, _ = rec.rt.malloc(5 * MiB, ascmem.Policy.HUGE_ONLY)
+        assert rec.rt.malloc(0, 0)[1] != 0  # failures are not recorded
+        rec.rt.free(out)
+        h, _ = rec.himpi.dvpp_malloc(0, 4096)
+        rec.himpi.dvpp_free(h)
+        rec.media.dvpp_free(frame)
+        rec.save(tmp_path / "acl.csv")
+        t = tr.load(tmp_path / "acl.csv")
+        assert [(e.op, e.kind, e.size) for e in t.events if e.op == "a"] == [
+            ("a", "dvpp", 3_110_400), ("a", "huge", 5 * MiB), ("a", "dvpp", 4096)]
+        assert t.events[1].policy == 1
+        assert tr.replay(t, ascmem.Device("atlas-inference"))["peak_live"] == 3_110_400 + 5 * MiB
+    finally:
+        acl.use(None)
+
+
 def test_min_capacity_known_by_construction():
     # no frees: the arena must hold the sum exactly (sizes are whole 64 KiB steps)
     t = small_trace("op,id,size\na,1,1048576\na,2,2097152\na,3,65536\n")

@@ -225,6 +225,60 @@ class Recorder:
         save(self.trace(), path)
 
 
+class AclRecorder:
+    """Records the ``ascmem.acl`` drop-in's calls: use its ``rt``, ``media``
+    and ``himpi`` in place of the module's (same return conventions); failed
+    calls (a non-zero code) are not recorded.
+
+        rec = AclRecorder(); ptr, ret = rec.rt.malloc(1000, 0); rec.rt.free(ptr)
+    """
+
+    def __init__(self, acl_module=None):
+        import types
+        if acl_module is None:
+            from ascmem import acl as acl_module
+        self._acl = acl_module
+        self._events, self._live, self._next = [], {}, 0
+
+        def alloc(fn, policy_arg):
+            def call(*args):
+                ptr, ret = fn(*args)
+                if ret == 0:
+                    policy = int(args[1]) if policy_arg and len(args) > 1 else 0
+                    kind = self._acl.device().kind_of(ptr).name.lower()
+                    size = args[-1] if fn in (acl_module.himpi.dvpp_malloc,) else args[0]
+                    self._live[ptr] = Event("a", self._next, int(size), kind, policy)
+                    self._events.append(self._live[ptr])
+                    self._next += 1
+                return ptr, ret
+            return call
+
+        def free(fn):
+            def call(ptr):
+                ret = fn(ptr)
+                if ret == 0 and ptr in self._live:
+                    a = self._live.pop(ptr)
+                    self._events.append(Event("f", a.id, a.size, a.kind, a.policy))
+                return ret
+            return call
+
+        rt, media, himpi = acl_module.rt, acl_module.media, acl_module.himpi
+        self.rt = types.SimpleNamespace(
+            malloc=alloc(rt.malloc, True), malloc_align32=alloc(rt.malloc_align32, True),
+            malloc_host=alloc(rt.malloc_host, False), free=free(rt.free),
+            free_host=free(rt.free_host), get_mem_info=rt.get_mem_info)
+        self.media = types.SimpleNamespace(dvpp_malloc=alloc(media.dvpp_malloc, False),
+                                           dvpp_free=free(media.dvpp_free))
+        self.himpi = types.SimpleNamespace(dvpp_malloc=alloc(himpi.dvpp_malloc, False),
+                                           dvpp_free=free(himpi.dvpp_free))
+
+    def trace(self):
+        return Trace(self._events, name="recorded-acl")
+
+    def save(self, path):
+        save(self.trace(), path)
+
+
 # ---- replay -------------------------------------------------------------------------------
 
 class _TlsfAdapter:
