@@ -111,6 +111,25 @@ def test_reset_moves_host_ranges(host):
     host.free(q)
 
 
+def test_debug_mode_reports_an_overrun_at_free(monkeypatch):
+    monkeypatch.setenv("ASCMEM_DEBUG", "1")
+    d = ascmem.Device("atlas-inference", backend="host")
+    a = d.malloc(100)
+    v = d.buffer(a)
+    assert len(v) == 100  # the guard is not part of the caller's view
+    v[99] = 1             # the last byte is fine
+    del v
+    d.free(a)
+    b = d.dvpp_malloc(1000)
+    d.as_array(b, 1000)  # views stay inside the block...
+    import ctypes
+    ctypes.memset(b + 1000, 0, 3)  # ...but a raw write runs past its end
+    gc.collect()
+    with pytest.raises(ascmem.CorruptionError, match=f"{b:#x} of 1000 bytes"):
+        d.dvpp_free(b)
+    d.check()  # the block was freed all the same; the pool is whole
+
+
 def test_example_media_to_inference_runs():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "media_to_inference.py"),
                         "30"], capture_output=True, text=True, timeout=300)

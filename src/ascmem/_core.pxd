@@ -138,6 +138,8 @@ cdef class Device:
     cdef dict _views            # address -> number of live buffer exports
     cdef object _acl            # acl backend: the pyACL module the chunks came from
     cdef list _acl_chunks       # (free function name, address) to give back on close()
+    cdef bint _debug            # ASCMEM_DEBUG=1 on the host backend: guard bytes
+    cdef dict _guards           # address -> requested size, in debug mode
     cdef object __weakref__
     cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil
     cdef int free_raw(self, uint64_t addr) noexcept nogil
@@ -148,6 +150,8 @@ cdef class Device:
     cdef _release(self, list entries, object stream, uint64_t upto)
     cdef _map_ranges(self, uint64_t *out)
     cdef _acl_ranges(self, uint64_t *out)
+    cdef uint64_t _guarded(self, uint64_t addr, uint64_t size) except? 0
+    cdef _check_guard(self, uint64_t addr)
     cdef _unmap_ranges(self, uint64_t *bases)
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)

@@ -1,6 +1,8 @@
 # Device: the CANN-rule facade over one pool per memory kind (included by
 # _core.pyx so that its hot path is compiled with the pools').
 
+import os
+
 from ascmem import profiles as _profiles
 from ascmem.errors import (AscmemError, MisalignedError, PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
@@ -18,6 +20,8 @@ cdef unsigned _DEVICE_MASK = (1 << ASCM_KIND_HUGE) | (1 << ASCM_KIND_NORMAL) | (
 cdef unsigned _DVPP_MASK = 1 << ASCM_KIND_DVPP
 cdef unsigned _HOST_MASK = 1 << ASCM_KIND_HOST
 cdef unsigned _ANY_MASK = 0x1F
+cdef uint64_t _GUARD = 64             # debug mode: bytes written after each block
+_GUARD_BYTES = bytes([0xAB]) * 64
 
 _BACKENDS = ("sim", "host", "acl")
 _OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
@@ -70,6 +74,8 @@ cdef class Device:
         self._recorded = {}
         self._views = {}
         self._acl_chunks = []
+        self._guards = {}
+        self._debug = backend == "host" and os.environ.get("ASCMEM_DEBUG", "") == "1"
         self._oom_callback = None
         mem = prof.memory if memory is None else as_u64(memory, "memory")
         if free_os_memory is not None:
@@ -242,7 +248,10 @@ cdef class Device:
         cdef uint32_t pol = _policy(policy)
         if stream is not None and stream in self._pending:
             self._release(self._pending[stream], stream, 0)
-        cdef int st = ascm_device_malloc(self._d, n, pol, ASCM_SIZE_MALLOC, &addr, &kind, &events)
+        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, pol, ASCM_SIZE_MALLOC,
+                                         &addr, &kind, &events)
+        if self._debug and st == ASCM_OK:
+            return self._guarded(addr, n)
         if st != ASCM_OK:
             return self._alloc_slow(st, n, pol, ASCM_SIZE_MALLOC, kind, events, policy, "malloc")
         if events:
@@ -256,7 +265,10 @@ cdef class Device:
         cdef uint32_t pol = _policy(policy)
         if stream is not None and stream in self._pending:
             self._release(self._pending[stream], stream, 0)
-        cdef int st = ascm_device_malloc(self._d, n, pol, ASCM_SIZE_ALIGN32, &addr, &kind, &events)
+        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, pol, ASCM_SIZE_ALIGN32,
+                                         &addr, &kind, &events)
+        if self._debug and st == ASCM_OK:
+            return self._guarded(addr, n)
         if st != ASCM_OK:
             return self._alloc_slow(st, n, pol, ASCM_SIZE_ALIGN32, kind, events, policy,
                                    "malloc_align32")
@@ -269,7 +281,7 @@ cdef class Device:
         record_stream), the block waits until the streams' work is done."""
         cdef int kind
         cdef uint64_t a = as_u64(ptr, "pointer")
-        if stream is not None or self._recorded or self._pending_by_addr or self._views:
+        if stream is not None or self._recorded or self._pending_by_addr or self._views or self._debug:
             return self._free_slow(a, _DEVICE_MASK, stream, "free")
         cdef int st = ascm_device_free(self._d, a, _DEVICE_MASK, &kind)
         if st != ASCM_OK:
@@ -282,7 +294,10 @@ cdef class Device:
         cdef int kind, events
         if stream is not None and stream in self._pending:
             self._release(self._pending[stream], stream, 0)
-        cdef int st = ascm_device_malloc(self._d, n, 0, ASCM_SIZE_DVPP, &addr, &kind, &events)
+        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, 0,
+                                         ASCM_SIZE_DVPP, &addr, &kind, &events)
+        if self._debug and st == ASCM_OK:
+            return self._guarded(addr, n)
         if st != ASCM_OK:
             return self._alloc_slow(st, n, 0, ASCM_SIZE_DVPP, kind, events, None, "dvpp_malloc")
         if events:
@@ -292,11 +307,30 @@ cdef class Device:
     def dvpp_free(self, ptr, stream=None):
         cdef int kind
         cdef uint64_t a = as_u64(ptr, "pointer")
-        if stream is not None or self._recorded or self._pending_by_addr or self._views:
+        if stream is not None or self._recorded or self._pending_by_addr or self._views or self._debug:
             return self._free_slow(a, _DVPP_MASK, stream, "dvpp_free")
         cdef int st = ascm_device_free(self._d, a, _DVPP_MASK, &kind)
         if st != ASCM_OK:
             _raise(st, self._bad_pointer(ptr, kind, "dvpp_free", _DVPP_MASK))
+
+    # ---- debug mode: guard bytes after each block (host backend) ------------------
+
+    cdef uint64_t _guarded(self, uint64_t addr, uint64_t size) except? 0:
+        (<unsigned char[:_GUARD]><unsigned char *><size_t>(addr + size))[:] = _GUARD_BYTES
+        self._guards[addr] = size
+        return addr
+
+    cdef _check_guard(self, uint64_t addr):
+        """Called after the block is freed (its memory is not handed out again
+        before this returns: the GIL is held)."""
+        size = self._guards.pop(addr, None)
+        if size is None:
+            return
+        got = bytes(<unsigned char[:_GUARD]><unsigned char *><size_t>(addr + size))
+        if got != _GUARD_BYTES:
+            first = next(i for i in range(_GUARD) if got[i] != 0xAB)
+            raise CorruptionError(f"overrun: the block at {addr:#x} of {size} bytes was written "
+                                  f"past its end (guard byte +{first} changed)")
 
     # ---- streams ----------------------------------------------------------------
 
@@ -316,6 +350,8 @@ cdef class Device:
             holders.add(stream)
         if not holders:
             ascm_device_free(self._d, addr, mask, &k)
+            if self._debug:
+                self._check_guard(addr)
             return
         self._seq += 1
         entry = [addr, mask, holders, self._seq, usable]
@@ -422,15 +458,18 @@ cdef class Device:
         """aclrtMallocHost: host memory at a 64-byte boundary."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef int st = ascm_device_malloc(self._d, n, 0, ASCM_SIZE_HOST, &addr, &kind, &events)
+        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, 0,
+                                         ASCM_SIZE_HOST, &addr, &kind, &events)
         if st != ASCM_OK:
             self._failed(st, n, None, kind, events, "malloc_host")
+        if self._debug:
+            return self._guarded(addr, n)
         return addr
 
     def free_host(self, ptr):
         cdef int kind
         cdef uint64_t a = as_u64(ptr, "pointer")
-        if self._views:
+        if self._views or self._debug:
             return self._free_slow(a, _HOST_MASK, None, "free_host")
         cdef int st = ascm_device_free(self._d, a, _HOST_MASK, &kind)
         if st != ASCM_OK:
@@ -450,6 +489,8 @@ cdef class Device:
         if k < 0 or a in self._pending_by_addr or \
                 ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &usable) != ASCM_OK:
             raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
+        if self._debug:
+            usable = self._guards.get(a, usable)  # the guard bytes are not the caller's
         n = usable if nbytes is None else as_u64(nbytes, "nbytes")
         if n == 0 or n > usable:
             raise InvalidArgumentError(f"nbytes {n} does not fit the block's {usable} bytes")
