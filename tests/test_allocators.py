@@ -171,35 +171,3 @@ def test_reset_frees_everything(allocator):
     with pytest.raises(ascmem.InvalidFreeError):
         allocator.free(a)
     allocator.check()
-
-
-def test_threads_share_a_pool():
-    import threading
-    p = make_pool(256 * MiB)
-    errors = []
-
-    def work(seed):
-        rng = np.random.default_rng(seed)
-        live = []
-        try:
-            for _ in range(3000):
-                if live and rng.random() < 0.5:
-                    p.free(live.pop(rng.integers(len(live))))
-                else:
-                    live.append(p.alloc(int(rng.integers(1, 100_000))))
-            addrs = p.alloc_many(rng.integers(1, 5000, size=200))
-            p.free_many(addrs)
-            for a in live:
-                p.free(a)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    s = p.stats()
-    assert s["live_count"] == 0 and s["alloc_count"] == s["free_count"]
-    p.check()

@@ -19,7 +19,6 @@ cdef int _KIND_SHIFT = 37
 cdef unsigned _DEVICE_MASK = (1 << ASCM_KIND_HUGE) | (1 << ASCM_KIND_NORMAL) | (1 << ASCM_KIND_HUGE1G)
 cdef unsigned _DVPP_MASK = 1 << ASCM_KIND_DVPP
 cdef unsigned _HOST_MASK = 1 << ASCM_KIND_HOST
-cdef unsigned _ANY_MASK = 0x1F
 cdef uint64_t _GUARD = 64             # debug mode: bytes written after each block
 _GUARD_BYTES = bytes([0xAB]) * 64
 
