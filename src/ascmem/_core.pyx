@@ -16,8 +16,12 @@ from ascmem.errors import (ArgumentTypeError, CorruptionError, InvalidArgumentEr
 DEF MSG_LEN = 512
 
 cdef extern from "Python.h":
-    # declared without Cython's exception check: the error case is handled below
+    # declared without Cython's exception check: the error case is handled below.
+    # PyLong_AsUnsignedLong walks the digits directly, where the LongLong
+    # variant goes through _PyLong_AsByteArray (measurably slower on 3.11);
+    # on LP64 platforms both are 64-bit.
     unsigned long long PyLong_AsUnsignedLongLong(object o) noexcept
+    unsigned long PyLong_AsUnsignedLong(object o) noexcept
 
 
 # ---- argument conversion: bad input becomes InvalidArgumentError ----------
@@ -36,7 +40,10 @@ cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
 cdef inline uint64_t as_u64(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
     cdef uint64_t r
     if PyLong_CheckExact(v):
-        r = PyLong_AsUnsignedLongLong(v)
+        if sizeof(unsigned long) == 8:
+            r = PyLong_AsUnsignedLong(v)
+        else:
+            r = PyLong_AsUnsignedLongLong(v)
         if r == <uint64_t>-1 and PyErr_Occurred():
             PyErr_Clear()
             return _as_u64_slow(v, what)
