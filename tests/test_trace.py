@@ -1,6 +1,7 @@
 """Traces: round trips, min_capacity, malformed input."""
 import gzip
 import io
+import os
 
 import pytest
 
@@ -75,6 +76,7 @@ def test_min_capacity_known_by_construction():
     assert tr.min_capacity(t, "pool") == 4 * MiB
 
 
+@pytest.mark.skipif(not os.path.exists(TRACE), reason="needs ../shared/traces (the team's recorded trace)")
 def test_efficiency_on_the_recorded_trace_beats_best_fit_and_tlsf():
     t = tr.load(TRACE)
     eff_pool, _ = tr.efficiency(t, "pool", resolution=64 * 1024)
