@@ -60,14 +60,6 @@ class Trace:
             peak = max(peak, live)
         return peak
 
-    def live_curve(self):
-        """Live requested bytes after each event, per kind ("" when no kinds)."""
-        live, out = {}, []
-        for e in self.events:
-            live[e.kind] = live.get(e.kind, 0) + (e.size if e.op == "a" else -e.size)
-            out.append(dict(live))
-        return out
-
 
 # ---- reading and writing ------------------------------------------------------------
 
@@ -192,7 +184,7 @@ class Recorder:
     def __init__(self, target):
         self._target = target
         self._events = []
-        self._ids = {}
+        self._live = {}  # pointer -> its allocation event
         self._next = 0
         self._kinded = hasattr(target, "kind_of")
 
@@ -203,17 +195,16 @@ class Recorder:
                 ptr = attr(size, *args, **kw)
                 policy = int(args[0]) if args and name in ("malloc", "malloc_align32") else 0
                 kind = self._target.kind_of(ptr).name.lower() if self._kinded else ""
-                self._ids[ptr] = self._next
-                self._events.append(Event("a", self._next, int(size), kind, policy))
+                self._live[ptr] = Event("a", self._next, int(size), kind, policy)
+                self._events.append(self._live[ptr])
                 self._next += 1
                 return ptr
             return alloc
         if name in self._FREE:
             def free(ptr, *args, **kw):
                 result = attr(ptr, *args, **kw)
-                ident = self._ids.pop(ptr)
-                first = next(e for e in self._events if e.id == ident and e.op == "a")
-                self._events.append(Event("f", ident, first.size, first.kind, first.policy))
+                a = self._live.pop(ptr)
+                self._events.append(Event("f", a.id, a.size, a.kind, a.policy))
                 return result
             return free
         return attr
@@ -392,7 +383,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
                 if stop_at_failure:
                     break
                 continue
-            live[e.id] = ptr
+            live[e.id] = (ptr, e)
             sizes_used[e.id] = got
             if history is not None:
                 history.append(("alloc", ptr, got))
@@ -403,9 +394,10 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             peak_live = max(peak_live, live_bytes)
             peak_used = max(peak_used, used_bytes)
         else:
-            ptr = live.pop(e.id, None)
-            if ptr is None:  # its allocation failed
+            entry = live.pop(e.id, None)
+            if entry is None:  # its allocation failed
                 continue
+            ptr = entry[0]
             if is_device:
                 _device_call(allocator, e)[1](ptr)
             else:
@@ -442,9 +434,9 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         save_torch(allocator, snapshot, history)
         report["snapshot"] = str(snapshot)
     # give everything back so that a caller's allocator is left as it was
-    for ident, ptr in live.items():
+    for ptr, e in live.values():
         if is_device:
-            _device_call(allocator, next(e for e in trace.events if e.id == ident))[1](ptr)
+            _device_call(allocator, e)[1](ptr)
         else:
             allocator.free(ptr)
     return report
