@@ -102,8 +102,6 @@ uint64_t ascm_pool_trim(ascm_pool *p);
 void ascm_pool_reset_peaks(ascm_pool *p);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
-uint64_t ascm_pool_base(const ascm_pool *p);
-uint64_t ascm_pool_size(const ascm_pool *p);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);

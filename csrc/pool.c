@@ -251,8 +251,6 @@ int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
     return addr >= p->base && addr - p->base < p->size;
 }
-uint64_t ascm_pool_base(const ascm_pool *p) { return p->base; }
-uint64_t ascm_pool_size(const ascm_pool *p) { return p->size; }
 
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     memset(st, 0, sizeof *st);
