@@ -116,28 +116,64 @@ ascm_live_entry *ascm_live_find(const ascm_live_table *t, uint64_t unit);
 void ascm_live_remove(ascm_live_table *t, ascm_live_entry *e);
 uint64_t ascm_live_bytes(const ascm_live_table *t);
 
+/* ---- address map: 32-bit key -> non-zero 32-bit value (addrmap.c) ------- */
+
+typedef struct ascm_map_entry {
+    uint32_t key;   /* key + 1; 0 = empty slot */
+    uint32_t value;
+} ascm_map_entry;
+
+typedef struct ascm_addrmap {
+    ascm_map_entry *slots;
+    uint32_t mask, count;
+} ascm_addrmap;
+
+int ascm_map_init(ascm_addrmap *m);
+void ascm_map_destroy(ascm_addrmap *m);
+void ascm_map_clear(ascm_addrmap *m);
+/* Makes room for `more` puts, so that they cannot fail. */
+int ascm_map_reserve(ascm_addrmap *m, uint32_t more);
+void ascm_map_put(ascm_addrmap *m, uint32_t key, uint32_t value); /* key absent, room reserved */
+uint32_t ascm_map_take(ascm_addrmap *m, uint32_t key);            /* removes; 0 if absent */
+uint64_t ascm_map_bytes(const ascm_addrmap *m);
+
+static inline uint32_t ascm_map_get(const ascm_addrmap *m, uint32_t key) { /* 0 if absent */
+    uint32_t k = key + 1;
+    for (uint32_t i = (uint32_t)(((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;;
+         i = (i + 1) & m->mask) {
+        if (m->slots[i].key == k) return m->slots[i].value;
+        if (!m->slots[i].key) return 0;
+    }
+}
+
 /* ---- best-fit allocator over units (the pool's large-block path) -------- */
 
 #define ASCM_NODE_NONE 0u
-#define ASCM_FIT_BINS 1024
-#define ASCM_FIT_SCAN 64 /* nodes looked at per bin before settling for the best seen */
+#ifndef ASCM_FIT_SUB_BITS
+#define ASCM_FIT_SUB_BITS 6 /* 2^SUB bins per power of two: sizes within 1.6% share a bin */
+#endif
+#define ASCM_FIT_BINS ((32 - ASCM_FIT_SUB_BITS + 1) << ASCM_FIT_SUB_BITS)
+#ifndef ASCM_FIT_SCAN
+#define ASCM_FIT_SCAN 4 /* nodes looked at in the request's bin before settling for the best seen */
+#endif
 
+/* 32 bytes, so that the nodes of ten thousand blocks stay in cache. */
 typedef struct ascm_fit_node {
-    uint64_t off, len;         /* in units */
-    uint64_t requested;        /* bytes asked for (used blocks) */
+    uint32_t off, len;             /* in units; len 0 = recycled */
     uint32_t prev_phys, next_phys; /* address-order neighbours */
     uint32_t prev_free, next_free; /* bin list; next_free links recycled nodes too */
-    uint32_t bin;
-    uint32_t is_free;
+    uint32_t slack;                /* used block: usable - requested bytes; slab storage: 0 */
+    uint16_t bin;
+    uint8_t is_free, is_slab;
 } ascm_fit_node;
 
 typedef struct ascm_fit {
-    uint64_t nunits;
+    uint64_t nunits;               /* < 2^32 */
     uint64_t free_units;
     ascm_fit_node *nodes; /* nodes[0] is the null node */
     uint32_t ncap, nused, recycled;
     uint32_t bin_head[ASCM_FIT_BINS];
-    uint64_t bin_bits[ASCM_FIT_BINS / 64];
+    uint64_t bin_bits[(ASCM_FIT_BINS + 63) / 64];
     uint64_t bin_words; /* bit w: bin_bits[w] != 0 */
 } ascm_fit;
 
@@ -156,7 +192,6 @@ int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
 #define ASCM_SLAB_MAX 32768u       /* largest request served by slabs */
 #define ASCM_SLAB_CLASSES 36
 #define ASCM_SLAB_MAX_SLOTS 2048u
-#define ASCM_SLAB_TAG 0x80000000u  /* owner[] entries that name a slab */
 
 typedef struct ascm_slab {
     uint64_t off;        /* byte offset in the pool */
@@ -176,7 +211,7 @@ typedef struct ascm_slab_class {
     uint64_t slab_bytes;
     uint64_t div_magic;   /* slot = (offset * div_magic) >> 48 */
     uint32_t partial;     /* head of the list of slabs with a free slot */
-    uint32_t empty;       /* empty slabs kept (at most one) */
+    uint32_t empty;       /* empty slabs kept as spares */
 } ascm_slab_class;
 
 extern const uint32_t ascm_slab_sizes[ASCM_SLAB_CLASSES];
@@ -204,7 +239,9 @@ struct ascm_pool {
     unsigned gshift, pshift;
     uint64_t page_size, npages, pages_in_use;
     uint32_t *page_refs;  /* live blocks touching a page, for the two edge pages of each block */
-    uint32_t *owner;      /* per unit: fit node of a used block's first unit, or TAG|slab */
+    ascm_addrmap blocks;  /* first unit of a large block -> its fit node */
+    ascm_addrmap slabmap; /* each slab granule -> the slab that covers it */
+    unsigned sgshift;     /* log2 of the slab granule: max(unit, 8 KiB); slabs align to it */
     ascm_charge_fn charge;
     void *charge_ctx;
     ascm_fit fit;
@@ -224,10 +261,9 @@ void ascm_pool_give_block(ascm_pool *p, uint32_t node);
 
 void ascm_slab_init_classes(ascm_pool *p);
 int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off);
-/* off is the byte offset; owner is the owner[] entry of its unit. */
-int ascm_slab_free(ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable, uint64_t *requested);
-int ascm_slab_lookup(const ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable,
-                     uint64_t *requested);
+/* off is a byte offset in the pool; the slab is found through slabmap. */
+int ascm_slab_free(ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
+int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
 void ascm_slab_release_all(ascm_pool *p);
 /* Gives every empty slab back to the large-block path; returns the bytes. */
 uint64_t ascm_slab_trim(ascm_pool *p);

@@ -36,6 +36,8 @@ static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
     return dropped;
 }
 
+/* Takes a block of the large-block path and charges its pages; the caller
+ * registers it (blocks map for a large block, slabmap for a slab). */
 int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                          int high, uint32_t *node) {
     uint64_t n = (bytes + p->gran - 1) >> p->gshift;
@@ -43,30 +45,29 @@ int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t 
     int st = ascm_fit_take(&p->fit, n, align_units, high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
-    uint64_t off = blk->off << p->gshift, len = blk->len << p->gshift;
+    uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift;
     uint64_t added = page_take(p, off, len);
     if (added && p->charge && p->charge(p->charge_ctx, (int64_t)(added << p->pshift)) != 0) {
         page_give(p, off, len);
         ascm_fit_give(&p->fit, *node);
         return ASCM_ERR_BUDGET;
     }
-    blk->requested = requested;
-    p->owner[blk->off] = *node;
+    blk->slack = requested ? (uint32_t)(len - requested) : 0;
     return ASCM_OK;
 }
 
 void ascm_pool_give_block(ascm_pool *p, uint32_t node) {
     ascm_fit_node *blk = &p->fit.nodes[node];
-    uint64_t dropped = page_give(p, blk->off << p->gshift, blk->len << p->gshift);
+    uint64_t dropped = page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift);
     if (dropped && p->charge) p->charge(p->charge_ctx, -(int64_t)(dropped << p->pshift));
-    p->owner[blk->off] = 0;
     ascm_fit_give(&p->fit, node);
 }
 
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     *out = NULL;
     uint64_t gran = cfg->min_block, page = cfg->page_size ? cfg->page_size : cfg->min_block;
-    if (!ascm_is_pow2(gran) || !ascm_is_pow2(page) || cfg->size == 0 || cfg->size % gran ||
+    if (!ascm_is_pow2(gran) || gran > (1ull << 31) || !ascm_is_pow2(page) || cfg->size == 0 ||
+        cfg->size % gran ||
         cfg->base % gran || cfg->base + cfg->size < cfg->base)
         return ASCM_ERR_INVAL;
     ascm_pool *p = calloc(1, sizeof *p);
@@ -82,14 +83,16 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     p->npages = ((cfg->size - 1) >> p->pshift) + 1;
     p->charge = cfg->charge;
     p->charge_ctx = cfg->charge_ctx;
+    p->sgshift = p->gshift > 13 ? p->gshift : 13;
     uint64_t nunits = cfg->size >> p->gshift;
-    if (nunits >= ASCM_SLAB_TAG * 2ull) { /* owner[] entries are 32-bit */
+    if (nunits >= (1ull << 32) - 1) { /* units, and map keys + 1, are 32-bit */
         free(p);
         return ASCM_ERR_INVAL;
     }
-    p->owner = ascm_zalloc_big(nunits * sizeof *p->owner);
     if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
-    if (!p->owner || (page > gran && !p->page_refs) || ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
+    int maps = ascm_map_init(&p->blocks) == ASCM_OK;
+    maps = (ascm_map_init(&p->slabmap) == ASCM_OK) && maps;
+    if (!maps || (page > gran && !p->page_refs) || ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
         ascm_pool_destroy(p);
         return ASCM_ERR_HOSTMEM;
     }
@@ -102,7 +105,8 @@ void ascm_pool_destroy(ascm_pool *p) {
     if (!p) return;
     ascm_slab_release_all(p);
     ascm_fit_destroy(&p->fit);
-    ascm_free_big(p->owner, (p->size >> p->gshift) * sizeof *p->owner);
+    ascm_map_destroy(&p->blocks);
+    ascm_map_destroy(&p->slabmap);
     if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
     free(p);
 }
@@ -130,13 +134,15 @@ static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *a
         /* no room for a whole slab: a block of a few units may still fit */
     }
     uint32_t node;
+    if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     st = ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
         st = ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st == ASCM_OK) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
-        count_alloc(p, blk->len << p->gshift, size);
-        *addr = p->base + (blk->off << p->gshift);
+        ascm_map_put(&p->blocks, blk->off, node);
+        count_alloc(p, (uint64_t)blk->len << p->gshift, size);
+        *addr = p->base + ((uint64_t)blk->off << p->gshift);
         return ASCM_OK;
     }
     if (st != ASCM_ERR_HOSTMEM) p->failed_count++;
@@ -159,33 +165,37 @@ int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
     return st;
 }
 
-/* Finds the live block at addr: a slab slot or a large block. */
-static int lookup_locked(const ascm_pool *p, uint64_t addr, uint32_t *owner, uint64_t *usable,
-                         uint64_t *requested) {
+/* Finds the live block at addr: a large block (by its first unit) or a slab
+ * slot (by the slab granule it lies in).  Addresses off the unit grid can
+ * only be slab slots. */
+static int lookup_locked(const ascm_pool *p, uint64_t addr, uint64_t *usable, uint64_t *requested) {
     if (addr < p->base || addr - p->base >= p->size) return ASCM_ERR_BADFREE;
     uint64_t off = addr - p->base;
-    uint32_t o = p->owner[off >> p->gshift];
-    *owner = o;
-    if (o & ASCM_SLAB_TAG) return ascm_slab_lookup(p, o, off, usable, requested);
-    if (!o || (off & (p->gran - 1))) return ASCM_ERR_BADFREE;
-    const ascm_fit_node *blk = &p->fit.nodes[o];
-    *usable = blk->len << p->gshift;
-    *requested = blk->requested;
-    return ASCM_OK;
+    if (!(off & (p->gran - 1))) {
+        uint32_t node = ascm_map_get(&p->blocks, (uint32_t)(off >> p->gshift));
+        if (node) {
+            const ascm_fit_node *blk = &p->fit.nodes[node];
+            *usable = (uint64_t)blk->len << p->gshift;
+            *requested = *usable - blk->slack;
+            return ASCM_OK;
+        }
+    }
+    return ascm_slab_lookup(p, off, usable, requested);
 }
 
 static int free_locked(ascm_pool *p, uint64_t addr) {
     if (ASCM_UNLIKELY(addr < p->base || addr - p->base >= p->size)) return ASCM_ERR_BADFREE;
     uint64_t off = addr - p->base, usable, requested;
-    uint32_t o = p->owner[off >> p->gshift];
-    if (ASCM_LIKELY(o & ASCM_SLAB_TAG)) {
-        int st = ascm_slab_free(p, o, off, &usable, &requested);
-        if (st != ASCM_OK) return st;
+    uint32_t node = 0;
+    if (!(off & (p->gran - 1))) node = ascm_map_take(&p->blocks, (uint32_t)(off >> p->gshift));
+    if (node) {
+        const ascm_fit_node *blk = &p->fit.nodes[node];
+        usable = (uint64_t)blk->len << p->gshift;
+        requested = usable - blk->slack;
+        ascm_pool_give_block(p, node);
     } else {
-        if (!o || (off & (p->gran - 1))) return ASCM_ERR_BADFREE;
-        usable = p->fit.nodes[o].len << p->gshift;
-        requested = p->fit.nodes[o].requested;
-        ascm_pool_give_block(p, o);
+        int st = ascm_slab_free(p, off, &usable, &requested);
+        if (st != ASCM_OK) return st;
     }
     p->used -= usable;
     p->requested -= requested;
@@ -231,19 +241,17 @@ int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *d
 }
 
 int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
-    uint32_t owner;
     uint64_t requested;
     ascm_lock_acquire(&p->lock);
-    int st = lookup_locked(p, addr, &owner, size, &requested);
+    int st = lookup_locked(p, addr, size, &requested);
     ascm_lock_release(&p->lock);
     return st;
 }
 
 int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
-    uint32_t owner;
     uint64_t usable;
     ascm_lock_acquire(&p->lock);
-    int st = lookup_locked(p, addr, &owner, &usable, size);
+    int st = lookup_locked(p, addr, &usable, size);
     ascm_lock_release(&p->lock);
     return st;
 }
@@ -269,7 +277,7 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->pages_in_use = p->pages_in_use;
     st->page_size = p->page_size;
     st->slab_bytes = p->slab_bytes;
-    st->metadata_bytes = sizeof *p + (p->size >> p->gshift) * sizeof *p->owner +
+    st->metadata_bytes = sizeof *p + ascm_map_bytes(&p->blocks) + ascm_map_bytes(&p->slabmap) +
                          (p->page_refs ? p->npages * sizeof *p->page_refs : 0) +
                          p->fit.ncap * sizeof *p->fit.nodes +
                          ascm_slab_metadata_bytes(p);
@@ -281,7 +289,8 @@ void ascm_pool_reset(ascm_pool *p) {
     if (p->pages_in_use && p->charge) p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
     ascm_slab_release_all(p);
     ascm_fit_reset(&p->fit);
-    memset(p->owner, 0, (p->size >> p->gshift) * sizeof *p->owner);
+    ascm_map_clear(&p->blocks);
+    ascm_map_clear(&p->slabmap);
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
@@ -300,7 +309,8 @@ void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_lock_acquire(&p->lock);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
-        if (n->len && n->is_free) fn(ctx, p->base + (n->off << p->gshift), n->len << p->gshift, 0);
+        if (n->len && n->is_free)
+            fn(ctx, p->base + ((uint64_t)n->off << p->gshift), (uint64_t)n->len << p->gshift, 0);
     }
     ascm_lock_release(&p->lock);
 }
@@ -316,8 +326,10 @@ void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_lock_acquire(&p->lock);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
-        if (n->len && !n->is_free && p->owner[n->off] == i)
-            fn(ctx, p->base + (n->off << p->gshift), n->len << p->gshift, n->requested);
+        if (n->len && !n->is_free && !n->is_slab) {
+            uint64_t len = (uint64_t)n->len << p->gshift;
+            fn(ctx, p->base + ((uint64_t)n->off << p->gshift), len, len - n->slack);
+        }
     }
     ascm_slab_walk(p, fn, ctx);
     ascm_lock_release(&p->lock);
@@ -329,19 +341,11 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     uint64_t live = 0, used = 0, requested = 0, pages = 0;
     uint32_t *refs = calloc(p->npages, sizeof *refs);
     if (!refs) return ASCM_ERR_HOSTMEM;
+    uint64_t large = 0;
     for (uint32_t i = 1; i < p->fit.nused && st == ASCM_OK; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
-        if (!n->len) continue; /* recycled */
-        uint32_t head = p->owner[n->off];
-        if (n->is_free) {
-            for (uint64_t u = n->off; u < n->off + n->len; u++)
-                if (p->owner[u]) {
-                    st = ascm_fail(msg, msglen, "free unit %llu has an owner", (unsigned long long)u);
-                    break;
-                }
-            continue;
-        }
-        uint64_t off = n->off << p->gshift, len = n->len << p->gshift;
+        if (!n->len || n->is_free) continue; /* recycled or free */
+        uint64_t off = (uint64_t)n->off << p->gshift, len = (uint64_t)n->len << p->gshift;
         uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
         if (p->page_refs) {
             refs[first]++;
@@ -350,29 +354,22 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         } else {
             pages += len >> p->pshift;
         }
-        if (head & ASCM_SLAB_TAG) {
-            for (uint64_t u = n->off; u < n->off + n->len; u++)
-                if (p->owner[u] != head) {
-                    st = ascm_fail(msg, msglen, "slab unit %llu has a wrong owner", (unsigned long long)u);
-                    break;
-                }
-        } else if (head != i) {
-            st = ascm_fail(msg, msglen, "used block at unit %llu is not in the owner map",
+        if (n->is_slab) continue; /* slab_check matches slabs with slabmap */
+        if (ascm_map_get(&p->blocks, n->off) != i) {
+            st = ascm_fail(msg, msglen, "used block at unit %llu is not in the block map",
                            (unsigned long long)n->off);
-        } else {
-            for (uint64_t u = n->off + 1; u < n->off + n->len; u++)
-                if (p->owner[u]) {
-                    st = ascm_fail(msg, msglen, "unit %llu inside a block has an owner", (unsigned long long)u);
-                    break;
-                }
-            if (n->requested == 0 || n->requested > len || n->requested + p->gran <= len)
-                st = ascm_fail(msg, msglen, "block at unit %llu has a bad requested size",
-                               (unsigned long long)n->off);
-            live++;
-            used += len;
-            requested += n->requested;
+        } else if (n->slack >= p->gran || n->slack >= len) {
+            st = ascm_fail(msg, msglen, "block at unit %llu has a bad requested size",
+                           (unsigned long long)n->off);
         }
+        large++;
+        live++;
+        used += len;
+        requested += len - n->slack;
     }
+    if (st == ASCM_OK && large != p->blocks.count)
+        st = ascm_fail(msg, msglen, "block map holds %u entries for %llu blocks", p->blocks.count,
+                       (unsigned long long)large);
     for (uint64_t pg = 0; p->page_refs && pg < p->npages && st == ASCM_OK; pg++) {
         if (refs[pg] != p->page_refs[pg])
             st = ascm_fail(msg, msglen, "page %llu reference count is wrong", (unsigned long long)pg);

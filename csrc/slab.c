@@ -3,13 +3,18 @@
  * Classes are multiples of 32 bytes: every 32 up to 256, then four per power
  * of two, so rounding wastes at most 25% (a 257-byte request gets 320).  A
  * slab is one large block of the pool cut into equal slots; its occupancy
- * bitmap and per-slot rounding slack live in a host-side descriptor.  Every
- * unit of a slab points at the descriptor through the pool's owner[] map, so
- * free finds it in O(1).  A slab that empties goes back to the large-block
- * path unless it would be its class's only empty slab, which is kept to
- * absorb alloc/free ping-pong at a slab boundary -- but not in pools whose
- * pages are larger than the slab (huge pages), where a spare would pin a
- * whole page.
+ * bitmap and per-slot rounding slack live in a host-side descriptor.  Slabs
+ * are multiples of the slab granule (8 KiB, or the unit if larger) and
+ * aligned to it; each granule of a slab is a key of the pool's slabmap, so
+ * free finds the descriptor of any slot with one lookup in a table that only
+ * holds slabs that exist.  A slab that empties is kept as a spare while its
+ * class's spares stay within SLAB_SPARE_BYTES (always at least one), then goes
+ * back to the large-block path.  Spares absorb alloc/free waves: building and
+ * tearing down a slab costs a descriptor malloc, a block split and map
+ * updates, and in the LIFO benchmark that was 80 of 570 instructions per pair;
+ * they never cost capacity, since an allocation that fails trims them and
+ * retries (efficiency on every trace unchanged).  Pools whose pages are larger
+ * than the slab (huge pages) keep no spare, which would pin a whole page.
  */
 #include "internal.h"
 
@@ -17,6 +22,7 @@
 
 #define SLAB_MIN_BYTES 8192u
 #define SLAB_MIN_SLOTS 4u
+#define SLAB_SPARE_BYTES (256u << 10) /* empty slabs kept per class */
 
 const uint32_t ascm_slab_sizes[ASCM_SLAB_CLASSES] = {
     32,   64,   96,   128,  160,  192,   224,   256,   320,   384,   448,   512,
@@ -30,7 +36,8 @@ void ascm_slab_init_classes(ascm_pool *p) {
         uint64_t size = ascm_slab_sizes[c];
         uint64_t want = size * SLAB_MIN_SLOTS > SLAB_MIN_BYTES ? size * SLAB_MIN_SLOTS : SLAB_MIN_BYTES;
         k->size = (uint32_t)size;
-        k->slab_bytes = (want + p->gran - 1) & ~(p->gran - 1);
+        uint64_t granule = 1ull << p->sgshift;
+        k->slab_bytes = (want + granule - 1) & ~(granule - 1);
         uint64_t count = k->slab_bytes / size;
         k->count = (uint32_t)(count > ASCM_SLAB_MAX_SLOTS ? ASCM_SLAB_MAX_SLOTS : count);
         k->div_magic = ((1ull << 48) + size - 1) / size;
@@ -54,9 +61,12 @@ static void list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
     if (s->next) p->slabs[s->next]->prev = s->prev;
 }
 
-static void set_owner(ascm_pool *p, uint64_t off, uint64_t bytes, uint32_t value) {
-    uint64_t u = off >> p->gshift, end = (off + bytes) >> p->gshift;
-    for (; u < end; u++) p->owner[u] = value;
+static void map_slab(ascm_pool *p, uint64_t off, uint64_t bytes, uint32_t si) {
+    uint64_t g = off >> p->sgshift, end = (off + bytes) >> p->sgshift;
+    for (; g < end; g++) {
+        if (si) ascm_map_put(&p->slabmap, (uint32_t)g, si);
+        else ascm_map_take(&p->slabmap, (uint32_t)g);
+    }
 }
 
 static int slab_index_new(ascm_pool *p, uint32_t *out) {
@@ -67,7 +77,7 @@ static int slab_index_new(ascm_pool *p, uint32_t *out) {
     }
     if (p->nslabs_used == p->nslabs_cap) {
         uint32_t cap = p->nslabs_cap ? p->nslabs_cap * 2 : 64;
-        if (cap >= ASCM_SLAB_TAG) return ASCM_ERR_HOSTMEM;
+        if (cap >= (1u << 31)) return ASCM_ERR_HOSTMEM;
         ascm_slab **grown = realloc(p->slabs, cap * sizeof *grown);
         if (!grown) return ASCM_ERR_HOSTMEM;
         p->slabs = grown;
@@ -83,14 +93,16 @@ static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
     uint32_t nwords = (k->count + 63) / 64;
     ascm_slab *s = malloc(sizeof *s + nwords * sizeof(uint64_t) + k->count * sizeof(uint16_t));
     if (!s) return ASCM_ERR_HOSTMEM;
-    int st = ascm_pool_take_block(p, k->slab_bytes, p->gran, 0, 1, &s->node);
+    int st = ascm_map_reserve(&p->slabmap, (uint32_t)(k->slab_bytes >> p->sgshift));
+    if (st == ASCM_OK) st = ascm_pool_take_block(p, k->slab_bytes, 1ull << p->sgshift, 0, 1, &s->node);
     uint32_t si = 0;
     if (st == ASCM_OK && (st = slab_index_new(p, &si)) != ASCM_OK) ascm_pool_give_block(p, s->node);
     if (st != ASCM_OK) {
         free(s);
         return st;
     }
-    s->off = p->fit.nodes[s->node].off << p->gshift;
+    p->fit.nodes[s->node].is_slab = 1;
+    s->off = (uint64_t)p->fit.nodes[s->node].off << p->gshift;
     s->cls = (uint32_t)cls;
     s->count = s->nfree = k->count;
     s->hint = 0;
@@ -99,7 +111,7 @@ static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
     memset(s->bits, 0, nwords * sizeof(uint64_t));
     if (k->count & 63) s->bits[nwords - 1] = ~0ull << (k->count & 63);
     p->slabs[si] = s;
-    set_owner(p, s->off, k->slab_bytes, ASCM_SLAB_TAG | si);
+    map_slab(p, s->off, k->slab_bytes, si);
     p->slab_bytes += k->slab_bytes;
     list_push(p, k, si);
     k->empty++;
@@ -111,22 +123,18 @@ static void slab_release(ascm_pool *p, uint32_t si) {
     ascm_slab *s = p->slabs[si];
     ascm_slab_class *k = &p->classes[s->cls];
     list_unlink(p, k, si);
-    set_owner(p, s->off, k->slab_bytes, 0);
-    p->fit.nodes[s->node].requested = 0;
+    map_slab(p, s->off, k->slab_bytes, 0);
     ascm_pool_give_block(p, s->node);
     p->slab_bytes -= k->slab_bytes;
     free(s);
     /* recycled indices are chained through the pointer slots, tagged odd so
-     * that a stale owner[] entry can never be mistaken for a live slab */
+     * that a walk over the array can tell them from descriptors */
     p->slabs[si] = (ascm_slab *)(uintptr_t)(((uintptr_t)p->slab_recycled << 1) | 1u);
     p->slab_recycled = si;
 }
 
-static inline ascm_slab *slab_get(const ascm_pool *p, uint32_t owner) {
-    uint32_t si = owner & ~ASCM_SLAB_TAG;
-    if (si == 0 || si >= p->nslabs_used) return NULL;
-    ascm_slab *s = p->slabs[si];
-    return ((uintptr_t)s & 1u) ? NULL : s;
+static inline uint32_t slab_at(const ascm_pool *p, uint64_t off) {
+    return ascm_map_get(&p->slabmap, (uint32_t)(off >> p->sgshift));
 }
 
 int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off) {
@@ -160,10 +168,10 @@ static inline int64_t live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t
     return (int64_t)slot;
 }
 
-int ascm_slab_lookup(const ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable,
-                     uint64_t *requested) {
-    const ascm_slab *s = slab_get(p, owner);
-    if (!s || off < s->off) return ASCM_ERR_BADFREE;
+int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
+    uint32_t si = slab_at(p, off);
+    if (!si) return ASCM_ERR_BADFREE;
+    const ascm_slab *s = p->slabs[si];
     int64_t slot = live_slot(p, s, off);
     if (slot < 0) return ASCM_ERR_BADFREE;
     *usable = p->classes[s->cls].size;
@@ -171,9 +179,10 @@ int ascm_slab_lookup(const ascm_pool *p, uint32_t owner, uint64_t off, uint64_t 
     return ASCM_OK;
 }
 
-int ascm_slab_free(ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable, uint64_t *requested) {
-    ascm_slab *s = slab_get(p, owner);
-    if (ASCM_UNLIKELY(!s || off < s->off)) return ASCM_ERR_BADFREE;
+int ascm_slab_free(ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
+    uint32_t si = slab_at(p, off);
+    if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
+    ascm_slab *s = p->slabs[si];
     int64_t slot = live_slot(p, s, off);
     if (ASCM_UNLIKELY(slot < 0)) return ASCM_ERR_BADFREE;
     ascm_slab_class *k = &p->classes[s->cls];
@@ -182,11 +191,11 @@ int ascm_slab_free(ascm_pool *p, uint32_t owner, uint64_t off, uint64_t *usable,
     if (w < s->hint) s->hint = w;
     *usable = k->size;
     *requested = k->size - s->slack[slot];
-    uint32_t si = owner & ~ASCM_SLAB_TAG;
     if (s->nfree++ == 0) list_push(p, k, si);
     if (s->nfree == s->count) {
-        /* keep one spare, unless it would pin a page bigger than itself */
-        if (k->empty || p->page_size > k->slab_bytes) slab_release(p, si);
+        if ((k->empty && (k->empty + 1) * k->slab_bytes > SLAB_SPARE_BYTES) ||
+            p->page_size > k->slab_bytes)
+            slab_release(p, si);
         else k->empty++;
     }
     return ASCM_OK;
@@ -249,7 +258,7 @@ void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
 int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t *requested,
                     char *msg, size_t msglen) {
     uint32_t empty[ASCM_SLAB_CLASSES] = {0};
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, granules = 0;
     int st = ASCM_OK;
     uint8_t *listed = calloc(p->nslabs_used + 1, 1);
     if (!listed) return ASCM_ERR_HOSTMEM;
@@ -270,9 +279,13 @@ int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t
         if (s->cls >= ASCM_SLAB_CLASSES || s->count != p->classes[s->cls].count)
             FAIL(msg, msglen, "slab %u has a bad class", si);
         const ascm_slab_class *k = &p->classes[s->cls];
-        if (p->owner[s->off >> p->gshift] != (ASCM_SLAB_TAG | si) ||
-            (p->fit.nodes[s->node].off << p->gshift) != s->off || p->fit.nodes[s->node].is_free)
+        if (((uint64_t)p->fit.nodes[s->node].off << p->gshift) != s->off ||
+            p->fit.nodes[s->node].is_free || !p->fit.nodes[s->node].is_slab)
             FAIL(msg, msglen, "slab %u is not owned by its block", si);
+        for (uint64_t g = s->off >> p->sgshift; g < (s->off + k->slab_bytes) >> p->sgshift; g++)
+            if (slab_at(p, g << p->sgshift) != si)
+                FAIL(msg, msglen, "slab %u granule %llu is not in the slab map", si, (unsigned long long)g);
+        granules += k->slab_bytes >> p->sgshift;
         uint32_t inuse = 0;
         for (uint32_t slot = 0; slot < s->nwords * 64; slot++) {
             int bit = (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
@@ -302,9 +315,11 @@ out:
     free(listed);
     if (st != ASCM_OK) return st;
     for (int c = 0; c < ASCM_SLAB_CLASSES; c++)
-        if (empty[c] != p->classes[c].empty || empty[c] > 1)
+        if (empty[c] != p->classes[c].empty ||
+            (empty[c] > 1 && empty[c] * p->classes[c].slab_bytes > SLAB_SPARE_BYTES))
             return ascm_fail(msg, msglen, "class %d keeps %u empty slabs (counted %u)", c, empty[c],
                              p->classes[c].empty);
     if (bytes != p->slab_bytes) return ascm_fail(msg, msglen, "slab byte count is wrong");
+    if (granules != p->slabmap.count) return ascm_fail(msg, msglen, "slab map has stale entries");
     return ASCM_OK;
 }

@@ -251,22 +251,29 @@ static void test_check_detects_corruption(void) {
     CHECK(ascm_pool_alloc(p, 1u << 20, 64, &b) == ASCM_OK);
     CHECK(ascm_pool_alloc(p, 50000, 64, &c) == ASCM_OK);
     POOL_OK(p);
-    uint32_t node = p->owner[(b - p->base) >> p->gshift];
+    uint32_t node = ascm_map_get(&p->blocks, (uint32_t)((b - p->base) >> p->gshift));
+    CHECK(node != 0);
     p->fit.nodes[node].len++; /* a block that overlaps its neighbour */
     CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     p->fit.nodes[node].len--;
     POOL_OK(p);
-    uint32_t owner = p->owner[(a - p->base) >> p->gshift];
-    ascm_slab *s = p->slabs[owner & ~ASCM_SLAB_TAG];
+    uint32_t si = ascm_map_get(&p->slabmap, (uint32_t)((a - p->base) >> p->sgshift));
+    CHECK(si != 0);
+    ascm_slab *s = p->slabs[si];
     s->bits[0] ^= 2; /* a slot marked used that nobody holds */
     CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     s->bits[0] ^= 2;
     p->used += 64; /* statistics that disagree with the blocks */
     CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     p->used -= 64;
-    p->owner[((c - p->base) >> p->gshift) + 1] = node; /* an owner inside a block */
+    uint32_t inside = (uint32_t)((c - p->base) >> p->gshift) + 1;
+    CHECK(ascm_map_reserve(&p->blocks, 1) == ASCM_OK);
+    ascm_map_put(&p->blocks, inside, node); /* a map entry inside a block */
     CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_ERR_CORRUPT);
-    p->owner[((c - p->base) >> p->gshift) + 1] = 0;
+    CHECK(ascm_map_take(&p->blocks, inside) == node);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, c + 4096) == ASCM_ERR_BADFREE); /* inside a block: not a block */
+    CHECK(ascm_pool_free(p, a + 1) == ASCM_ERR_BADFREE);    /* inside a slot */
     POOL_OK(p);
     ascm_pool_destroy(p);
 }
