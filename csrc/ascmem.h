@@ -86,6 +86,11 @@ typedef struct ascm_pool_config {
     uint64_t page_size;   /* power of two; 0 means min_block */
     ascm_charge_fn charge;  /* optional */
     void *charge_ctx;
+    /* Non-zero: the caller guarantees that no two calls on this pool ever
+     * overlap (one thread, or its own lock around them), and the pool takes
+     * no lock of its own -- an atomic exchange less per call.  Pools made
+     * from Python always lock. */
+    int single_threaded;
 } ascm_pool_config;
 
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out);

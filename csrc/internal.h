@@ -235,6 +235,7 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
 
 struct ascm_pool {
     ascm_lock lock;
+    int single_threaded;  /* take no lock: the caller serialises calls */
     uint64_t base, size, gran;
     unsigned gshift, pshift;
     uint64_t page_size, npages, pages_in_use;
@@ -254,16 +255,81 @@ struct ascm_pool {
     uint64_t live_count, alloc_count, free_count, failed_count;
 };
 
+static inline void ascm_pool_lock(ascm_pool *p) {
+    if (!p->single_threaded) ascm_lock_acquire(&p->lock);
+}
+static inline void ascm_pool_unlock(ascm_pool *p) {
+    if (!p->single_threaded) ascm_lock_release(&p->lock);
+}
+
 /* Large blocks, used by the pool itself and by slabs for their storage. */
 int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                          int high, uint32_t *node);
 void ascm_pool_give_block(ascm_pool *p, uint32_t node);
 
 void ascm_slab_init_classes(ascm_pool *p);
-int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off);
-/* off is a byte offset in the pool; the slab is found through slabmap. */
-int ascm_slab_free(ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
+/* Slow paths of the inline slab functions below. */
+int ascm_slab_new(ascm_pool *p, int cls, uint32_t *si);   /* a fresh slab, on the class's list */
+void ascm_slab_list_push(ascm_pool *p, ascm_slab_class *k, uint32_t si);
+void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si);
+void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si); /* keep as spare or release */
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
+
+/* The slab holding byte offset off, or 0. */
+static inline uint32_t ascm_slab_at(const ascm_pool *p, uint64_t off) {
+    return ascm_map_get(&p->slabmap, (uint32_t)(off >> p->sgshift));
+}
+
+/* Slot of off in s, or -1 if off is not the start of a live slot. */
+static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
+    const ascm_slab_class *k = &p->classes[s->cls];
+    uint64_t rel = off - s->off;
+    uint64_t slot = (rel * k->div_magic) >> 48;
+    if (slot >= s->count || slot * k->size != rel) return -1;
+    if (!((s->bits[slot >> 6] >> (slot & 63)) & 1u)) return -1;
+    return (int64_t)slot;
+}
+
+/* The hot paths, inline so that the pool's alloc and free are one function
+ * each: the call overhead was a tenth of a small pair's instructions. */
+static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off) {
+    ascm_slab_class *k = &p->classes[cls];
+    uint32_t si = k->partial;
+    if (ASCM_UNLIKELY(!si)) {
+        int st = ascm_slab_new(p, cls, &si);
+        if (st != ASCM_OK) return st;
+    }
+    ascm_slab *s = p->slabs[si];
+    if (s->nfree == s->count) k->empty--;
+    uint32_t w = s->hint;
+    while (s->bits[w] == ~0ull) w++;
+    unsigned bit = ascm_ctz64(~s->bits[w]);
+    s->bits[w] |= 1ull << bit;
+    s->hint = w;
+    uint32_t slot = w * 64 + bit;
+    s->slack[slot] = (uint16_t)(k->size - requested);
+    if (--s->nfree == 0) ascm_slab_list_unlink(p, k, si);
+    *off = s->off + (uint64_t)slot * k->size;
+    return ASCM_OK;
+}
+
+/* off is a byte offset in the pool. */
+static inline int ascm_slab_free(ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
+    uint32_t si = ascm_slab_at(p, off);
+    if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
+    ascm_slab *s = p->slabs[si];
+    int64_t slot = ascm_slab_live_slot(p, s, off);
+    if (ASCM_UNLIKELY(slot < 0)) return ASCM_ERR_BADFREE;
+    ascm_slab_class *k = &p->classes[s->cls];
+    uint32_t w = (uint32_t)slot >> 6;
+    s->bits[w] &= ~(1ull << (slot & 63));
+    if (w < s->hint) s->hint = w;
+    *usable = k->size;
+    *requested = k->size - s->slack[slot];
+    if (s->nfree++ == 0) ascm_slab_list_push(p, k, si);
+    if (ASCM_UNLIKELY(s->nfree == s->count)) ascm_slab_emptied(p, k, si);
+    return ASCM_OK;
+}
 void ascm_slab_release_all(ascm_pool *p);
 /* Gives every empty slab back to the large-block path; returns the bytes. */
 uint64_t ascm_slab_trim(ascm_pool *p);

@@ -81,6 +81,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     /* pages are counted relative to base; a base that is not page aligned
      * shifts page boundaries, which only the caller can decide is right */
     p->npages = ((cfg->size - 1) >> p->pshift) + 1;
+    p->single_threaded = cfg->single_threaded != 0;
     p->charge = cfg->charge;
     p->charge_ctx = cfg->charge_ctx;
     p->sgshift = p->gshift > 13 ? p->gshift : 13;
@@ -159,9 +160,9 @@ static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t alig
 int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     st = alloc_locked(p, size, align, addr);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     return st;
 }
 
@@ -205,9 +206,9 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
 }
 
 int ascm_pool_free(ascm_pool *p, uint64_t addr) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     int st = free_locked(p, addr);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     return st;
 }
 
@@ -215,13 +216,13 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
                          uint64_t *addrs, size_t *done) {
     int st = ASCM_OK;
     size_t i = 0;
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     for (; i < n; i++) {
         st = check_request(p, sizes[i], align);
         if (st == ASCM_OK) st = alloc_locked(p, sizes[i], align, &addrs[i]);
         if (st != ASCM_OK) break;
     }
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     *done = i;
     return st;
 }
@@ -229,30 +230,30 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
 int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done) {
     int first_error = ASCM_OK;
     size_t ok = 0;
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     for (size_t i = 0; i < n; i++) {
         int st = free_locked(p, addrs[i]);
         if (st == ASCM_OK) ok++;
         else if (first_error == ASCM_OK) first_error = st;
     }
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     *done = ok;
     return first_error;
 }
 
 int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
     uint64_t requested;
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     int st = lookup_locked(p, addr, size, &requested);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     return st;
 }
 
 int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
     uint64_t usable;
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     int st = lookup_locked(p, addr, &usable, size);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     return st;
 }
 
@@ -262,7 +263,7 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
 
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     memset(st, 0, sizeof *st);
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     st->capacity = p->size;
     st->used = p->used;
     st->requested = p->requested;
@@ -281,11 +282,11 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
                          (p->page_refs ? p->npages * sizeof *p->page_refs : 0) +
                          p->fit.ncap * sizeof *p->fit.nodes +
                          ascm_slab_metadata_bytes(p);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
 }
 
 void ascm_pool_reset(ascm_pool *p) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     if (p->pages_in_use && p->charge) p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
     ascm_slab_release_all(p);
     ascm_fit_reset(&p->fit);
@@ -295,35 +296,35 @@ void ascm_pool_reset(ascm_pool *p) {
     p->pages_in_use = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = 0;
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
 }
 
 uint64_t ascm_pool_trim(ascm_pool *p) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     uint64_t released = ascm_slab_trim(p);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     return released;
 }
 
 void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
         if (n->len && n->is_free)
             fn(ctx, p->base + ((uint64_t)n->off << p->gshift), (uint64_t)n->len << p->gshift, 0);
     }
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
 }
 
 void ascm_pool_reset_peaks(ascm_pool *p) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     p->peak_used = p->used;
     p->peak_requested = p->requested;
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
 }
 
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
         if (n->len && !n->is_free && !n->is_slab) {
@@ -332,7 +333,7 @@ void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
         }
     }
     ascm_slab_walk(p, fn, ctx);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
 }
 
 static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
@@ -390,8 +391,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
 }
 
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen) {
-    ascm_lock_acquire(&p->lock);
+    ascm_pool_lock(p);
     int st = check_locked(p, msg, msglen);
-    ascm_lock_release(&p->lock);
+    ascm_pool_unlock(p);
     return st;
 }

@@ -46,7 +46,7 @@ void ascm_slab_init_classes(ascm_pool *p) {
     }
 }
 
-static void list_push(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
+void ascm_slab_list_push(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
     ascm_slab *s = p->slabs[si];
     s->prev = 0;
     s->next = k->partial;
@@ -54,7 +54,7 @@ static void list_push(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
     k->partial = si;
 }
 
-static void list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
+void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
     ascm_slab *s = p->slabs[si];
     if (s->prev) p->slabs[s->prev]->next = s->next;
     else k->partial = s->next;
@@ -88,7 +88,7 @@ static int slab_index_new(ascm_pool *p, uint32_t *out) {
     return ASCM_OK;
 }
 
-static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
+int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
     ascm_slab_class *k = &p->classes[cls];
     uint32_t nwords = (k->count + 63) / 64;
     ascm_slab *s = malloc(sizeof *s + nwords * sizeof(uint64_t) + k->count * sizeof(uint16_t));
@@ -113,7 +113,7 @@ static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
     p->slabs[si] = s;
     map_slab(p, s->off, k->slab_bytes, si);
     p->slab_bytes += k->slab_bytes;
-    list_push(p, k, si);
+    ascm_slab_list_push(p, k, si);
     k->empty++;
     *out = si;
     return ASCM_OK;
@@ -122,7 +122,7 @@ static int slab_new(ascm_pool *p, int cls, uint32_t *out) {
 static void slab_release(ascm_pool *p, uint32_t si) {
     ascm_slab *s = p->slabs[si];
     ascm_slab_class *k = &p->classes[s->cls];
-    list_unlink(p, k, si);
+    ascm_slab_list_unlink(p, k, si);
     map_slab(p, s->off, k->slab_bytes, 0);
     ascm_pool_give_block(p, s->node);
     p->slab_bytes -= k->slab_bytes;
@@ -133,72 +133,23 @@ static void slab_release(ascm_pool *p, uint32_t si) {
     p->slab_recycled = si;
 }
 
-static inline uint32_t slab_at(const ascm_pool *p, uint64_t off) {
-    return ascm_map_get(&p->slabmap, (uint32_t)(off >> p->sgshift));
-}
-
-int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off) {
-    ascm_slab_class *k = &p->classes[cls];
-    uint32_t si = k->partial;
-    if (ASCM_UNLIKELY(!si)) {
-        int st = slab_new(p, cls, &si);
-        if (st != ASCM_OK) return st;
-    }
-    ascm_slab *s = p->slabs[si];
-    if (s->nfree == s->count) k->empty--;
-    uint32_t w = s->hint;
-    while (s->bits[w] == ~0ull) w++;
-    unsigned bit = ascm_ctz64(~s->bits[w]);
-    s->bits[w] |= 1ull << bit;
-    s->hint = w;
-    uint32_t slot = w * 64 + bit;
-    s->slack[slot] = (uint16_t)(k->size - requested);
-    if (--s->nfree == 0) list_unlink(p, k, si);
-    *off = s->off + (uint64_t)slot * k->size;
-    return ASCM_OK;
-}
-
-/* Slot of off in s, or -1 if off is not the start of a live slot. */
-static inline int64_t live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
-    const ascm_slab_class *k = &p->classes[s->cls];
-    uint64_t rel = off - s->off;
-    uint64_t slot = (rel * k->div_magic) >> 48;
-    if (slot >= s->count || slot * k->size != rel) return -1;
-    if (!((s->bits[slot >> 6] >> (slot & 63)) & 1u)) return -1;
-    return (int64_t)slot;
-}
 
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
-    uint32_t si = slab_at(p, off);
+    uint32_t si = ascm_slab_at(p, off);
     if (!si) return ASCM_ERR_BADFREE;
     const ascm_slab *s = p->slabs[si];
-    int64_t slot = live_slot(p, s, off);
+    int64_t slot = ascm_slab_live_slot(p, s, off);
     if (slot < 0) return ASCM_ERR_BADFREE;
     *usable = p->classes[s->cls].size;
     *requested = *usable - s->slack[slot];
     return ASCM_OK;
 }
 
-int ascm_slab_free(ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
-    uint32_t si = slab_at(p, off);
-    if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
-    ascm_slab *s = p->slabs[si];
-    int64_t slot = live_slot(p, s, off);
-    if (ASCM_UNLIKELY(slot < 0)) return ASCM_ERR_BADFREE;
-    ascm_slab_class *k = &p->classes[s->cls];
-    uint32_t w = (uint32_t)slot >> 6;
-    s->bits[w] &= ~(1ull << (slot & 63));
-    if (w < s->hint) s->hint = w;
-    *usable = k->size;
-    *requested = k->size - s->slack[slot];
-    if (s->nfree++ == 0) list_push(p, k, si);
-    if (s->nfree == s->count) {
-        if ((k->empty && (k->empty + 1) * k->slab_bytes > SLAB_SPARE_BYTES) ||
-            p->page_size > k->slab_bytes)
-            slab_release(p, si);
-        else k->empty++;
-    }
-    return ASCM_OK;
+void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
+    if ((k->empty && (k->empty + 1) * k->slab_bytes > SLAB_SPARE_BYTES) || p->page_size > k->slab_bytes)
+        slab_release(p, si);
+    else
+        k->empty++;
 }
 
 uint64_t ascm_slab_trim(ascm_pool *p) {
@@ -283,7 +234,7 @@ int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t
             p->fit.nodes[s->node].is_free || !p->fit.nodes[s->node].is_slab)
             FAIL(msg, msglen, "slab %u is not owned by its block", si);
         for (uint64_t g = s->off >> p->sgshift; g < (s->off + k->slab_bytes) >> p->sgshift; g++)
-            if (slab_at(p, g << p->sgshift) != si)
+            if (ascm_slab_at(p, g << p->sgshift) != si)
                 FAIL(msg, msglen, "slab %u granule %llu is not in the slab map", si, (unsigned long long)g);
         granules += k->slab_bytes >> p->sgshift;
         uint32_t inuse = 0;

@@ -1,48 +1,17 @@
-/* Times the C core without Python, on one core.
- *   steady: 10,000 live blocks; each step frees a random live block and
- *           allocates a new one; sizes log-uniform in [64 B, 4 MiB]; every
- *           random draw is made before the timed loop.
- *   lifo:   allocate 1,000 mixed sizes, free them in reverse; repeated.
- * Prints the median of several runs, in ns per allocate+free pair. */
+/* Times the C core without Python, on one core: the workloads of
+ * workload.h, against ascm_pool with a 4 KiB unit -- as Python gets it (the
+ * pool takes its lock on every call) and single-threaded (the caller
+ * serialises calls, as OffsetAllocator's callers must). */
 #define _POSIX_C_SOURCE 199309L
 #include "ascmem.h"
+#include "workload.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define LIVE 10000
-#define STEPS 2000000
-#define LIFO_N 1000
-#define LIFO_ROUNDS 2000
-#define RUNS 7
-
-static uint64_t rng = 88172645463325252ull;
-static uint64_t next_rand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static uint64_t log_uniform(void) { /* 64 B .. 4 MiB */
-    double u = (double)(next_rand() >> 11) / 9007199254740992.0;
-    return (uint64_t)exp(log(64.0) + u * (log(4194304.0) - log(64.0)));
-}
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+static int single_threaded;
 
 static ascm_pool *make_pool(uint64_t size) {
     ascm_pool *p;
-    ascm_pool_config cfg = {.base = 1ull << 40, .size = size, .min_block = 4096};
+    ascm_pool_config cfg = {.base = 1ull << 40, .size = size, .min_block = 4096,
+                            .single_threaded = single_threaded};
     if (ascm_pool_create(&cfg, &p) != ASCM_OK) {
         fprintf(stderr, "pool create failed\n");
         exit(1);
@@ -88,13 +57,17 @@ static double lifo(void) {
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : RUNS;
     if (runs < 1 || runs > 99) runs = RUNS;
-    double s[99], l[99];
+    double s[99], l[99], su[99], lu[99];
     for (int i = 0; i < runs; i++) {
+        single_threaded = 0;
         s[i] = steady();
         l[i] = lifo();
+        single_threaded = 1;
+        su[i] = steady();
+        lu[i] = lifo();
     }
-    qsort(s, runs, sizeof s[0], cmp);
-    qsort(l, runs, sizeof l[0], cmp);
-    printf("steady_ns_per_pair %.2f\nlifo_ns_per_pair %.2f\n", s[runs / 2], l[runs / 2]);
+    printf("steady_ns_per_pair %.2f\nlifo_ns_per_pair %.2f\n", median(s, runs), median(l, runs));
+    printf("steady_single_threaded_ns_per_pair %.2f\nlifo_single_threaded_ns_per_pair %.2f\n",
+           median(su, runs), median(lu, runs));
     return 0;
 }

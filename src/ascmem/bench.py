@@ -109,26 +109,52 @@ def host_buffers(number, repeat):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def c_core(runs):
+def _run_pinned(exe, runs):
+    cmd = [exe, str(runs)]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0"] + cmd
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return {k: float(v) for k, v in (line.split() for line in out.strip().splitlines())}
+
+
+def c_core(runs, peer=True):
     """Runs benchmarks/c/bench_core.c when the source tree and a C compiler are
-    here; returns {'steady': ns, 'lifo': ns} or None."""
+    here, and, with peer, the same workloads against OffsetAllocator (built by
+    `make -C benchmarks/c bench_offset`, which downloads the tlsfallocator
+    sdist; skipped when that fails).  The two alternate, run by run, so their
+    ratio comes from one stretch of machine time.  Returns a dict of ns per
+    pair (steady, lifo, steady_single_threaded, lifo_single_threaded, and
+    offset_steady, offset_lifo when the peer was built) or None."""
     root = os.path.normpath(os.path.join(HERE, "..", ".."))
-    src = os.path.join(root, "benchmarks", "c", "bench_core.c")
+    bench_dir = os.path.join(root, "benchmarks", "c")
+    src = os.path.join(bench_dir, "bench_core.c")
     csrc = os.path.join(root, "csrc")
     cc = shutil.which(os.environ.get("CC", "cc"))
     if not (os.path.exists(src) and os.path.isdir(csrc) and cc):
         return None
+    offset = None
+    if peer and shutil.which("make") and shutil.which(os.environ.get("CXX", "c++")):
+        built = subprocess.run(["make", "-s", "-C", bench_dir, "bench_offset",
+                                f"PYTHON={sys.executable}"], capture_output=True, text=True)
+        if built.returncode == 0:
+            offset = os.path.join(bench_dir, "bench_offset")
     with tempfile.TemporaryDirectory() as tmp:
         exe = os.path.join(tmp, "bench_core")
         cfiles = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".c"))
-        subprocess.run([cc, "-O3", "-std=gnu11", "-I", csrc, "-o", exe, src, *cfiles, "-lm"],
-                       check=True)
-        cmd = [exe, str(runs)]
-        if shutil.which("taskset"):
-            cmd = ["taskset", "-c", "0"] + cmd
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    vals = dict(line.split() for line in out.strip().splitlines())
-    return {"steady": float(vals["steady_ns_per_pair"]), "lifo": float(vals["lifo_ns_per_pair"])}
+        subprocess.run([cc, "-O3", "-flto", "-std=gnu11", "-I", csrc, "-I", bench_dir, "-o", exe,
+                        src, *cfiles, "-lm"], check=True)
+        ours, theirs = [], []
+        for _ in range(max(1, runs // 3) if runs > 1 else 1):
+            ours.append(_run_pinned(exe, 3 if runs > 1 else 1))
+            if offset:
+                theirs.append(_run_pinned(offset, 3 if runs > 1 else 1))
+    result = {}
+    for key in ("steady", "lifo", "steady_single_threaded", "lifo_single_threaded"):
+        result[key] = float(np.median([r[f"{key}_ns_per_pair"] for r in ours]))
+    if theirs:
+        for key in ("steady", "lifo"):
+            result[f"offset_{key}"] = float(np.median([r[f"{key}_ns_per_pair"] for r in theirs]))
+    return result
 
 
 def frugality(traces, names, resolution):
@@ -184,10 +210,19 @@ def main(argv=None):
     count = 2000 if args.quick else 100_000
     batch = batch_pairs(count, 3 if args.quick else 7)
     print(f"\nalloc_many + free_many of {count:,} mixed sizes: {batch:.1f} ns per pair")
-    core = None if args.no_c else c_core(1 if args.quick else 7)
+    core = None if args.no_c else c_core(1 if args.quick else 9, peer=not args.quick)
     if core:
         print(f"C core (no Python), median ns per pair: steady state {core['steady']:.1f}, "
-              f"LIFO {core['lifo']:.1f}; batch / C steady = {batch / core['steady']:.2f}x")
+              f"LIFO {core['lifo']:.1f}; single-threaded pool (no lock) steady "
+              f"{core['steady_single_threaded']:.1f}, LIFO {core['lifo_single_threaded']:.1f}; "
+              f"batch / C steady = {batch / core['steady']:.2f}x")
+        if "offset_steady" in core:
+            print(f"OffsetAllocator (C++, same workloads, alternating runs): steady "
+                  f"{core['offset_steady']:.1f}, LIFO {core['offset_lifo']:.1f}; ascmem / "
+                  f"OffsetAllocator: locked {core['steady'] / core['offset_steady']:.2f}x / "
+                  f"{core['lifo'] / core['offset_lifo']:.2f}x, single-threaded "
+                  f"{core['steady_single_threaded'] / core['offset_steady']:.2f}x / "
+                  f"{core['lifo_single_threaded'] / core['offset_lifo']:.2f}x (steady / LIFO)")
 
     host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
     print(f"8 MiB host buffer: pool acquire+release {host['pool'] / 1e3:.2f} us "

@@ -1,0 +1,60 @@
+// The workloads of workload.h against OffsetAllocator, the C++ allocator that
+// the PyPI package tlsfallocator binds, so the C core is compared with it in
+// the same run.  Its source is not part of ascmem: `make peer` downloads the
+// package's sdist and compiles its main.cpp into this driver (OFFSET_SRC).
+//
+// OffsetAllocator offsets are 32-bit, so sizes are counted in 256-byte units
+// (4 TiB of range would not fit in bytes; 10,000 blocks of up to 4 MiB do
+// not fit in 4 GiB either).  The caller keeps the node index it returns, so
+// its free needs no lookup by address -- ascmem's does.
+#include OFFSET_SRC
+#include "workload.h"
+
+static const uint32 UNIT_SHIFT = 8;
+
+static uint32 units(uint64_t bytes) { return (uint32)((bytes + (1u << UNIT_SHIFT) - 1) >> UNIT_SHIFT); }
+
+static double steady() {
+    static uint32 sizes[STEPS], victims[STEPS];
+    static Allocation live[LIVE];
+    for (int i = 0; i < STEPS; i++) {
+        sizes[i] = units(log_uniform());
+        victims[i] = (uint32)(next_rand() % LIVE);
+    }
+    Allocator a(0xFFFFFFFFu, 128 * 1024);
+    for (int i = 0; i < LIVE; i++)
+        if ((live[i] = a.allocate(units(log_uniform()))).offset == Allocation::NO_SPACE) exit(2);
+    double t0 = now();
+    for (int i = 0; i < STEPS; i++) {
+        uint32 v = victims[i];
+        a.free(live[v]);
+        if ((live[v] = a.allocate(sizes[i])).offset == Allocation::NO_SPACE) exit(3);
+    }
+    return (now() - t0) * 1e9 / STEPS;
+}
+
+static double lifo() {
+    static uint32 sizes[LIFO_N];
+    static Allocation got[LIFO_N];
+    for (int i = 0; i < LIFO_N; i++) sizes[i] = units(log_uniform());
+    Allocator a(0xFFFFFFFFu, 128 * 1024);
+    double t0 = now();
+    for (int r = 0; r < LIFO_ROUNDS; r++) {
+        for (int i = 0; i < LIFO_N; i++)
+            if ((got[i] = a.allocate(sizes[i])).offset == Allocation::NO_SPACE) exit(4);
+        for (int i = LIFO_N - 1; i >= 0; i--) a.free(got[i]);
+    }
+    return (now() - t0) * 1e9 / ((double)LIFO_N * LIFO_ROUNDS);
+}
+
+int main(int argc, char **argv) {
+    int runs = argc > 1 ? atoi(argv[1]) : RUNS;
+    if (runs < 1 || runs > 99) runs = RUNS;
+    double s[99], l[99];
+    for (int i = 0; i < runs; i++) {
+        s[i] = steady();
+        l[i] = lifo();
+    }
+    printf("steady_ns_per_pair %.2f\nlifo_ns_per_pair %.2f\n", median(s, runs), median(l, runs));
+    return 0;
+}

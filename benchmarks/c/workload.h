@@ -1,0 +1,48 @@
+/* The two workloads of the C benchmarks, shared by bench_core.c (ascmem) and
+ * peer_offset.cpp (OffsetAllocator), so both draw the same sizes.
+ *   steady: LIVE live blocks; each step frees a random live block and
+ *           allocates a new one; sizes log-uniform in [64 B, 4 MiB]; every
+ *           random draw is made before the timed loop.
+ *   lifo:   allocate LIFO_N mixed sizes, free them in reverse; repeated.
+ * Results are the median of several runs, in ns per allocate+free pair. */
+#ifndef ASCMEM_BENCH_WORKLOAD_H
+#define ASCMEM_BENCH_WORKLOAD_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define LIVE 10000
+#define STEPS 2000000
+#define LIFO_N 1000
+#define LIFO_ROUNDS 2000
+#define RUNS 7
+
+static uint64_t bench_rng = 88172645463325252ull;
+static inline uint64_t next_rand(void) {
+    bench_rng ^= bench_rng << 13;
+    bench_rng ^= bench_rng >> 7;
+    bench_rng ^= bench_rng << 17;
+    return bench_rng;
+}
+static inline uint64_t log_uniform(void) { /* 64 B .. 4 MiB */
+    double u = (double)(next_rand() >> 11) / 9007199254740992.0;
+    return (uint64_t)exp(log(64.0) + u * (log(4194304.0) - log(64.0)));
+}
+static inline double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static inline double median(double *v, int n) {
+    qsort(v, n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+#endif
