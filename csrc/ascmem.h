@@ -105,6 +105,9 @@ void ascm_pool_reset(ascm_pool *p);
  * their pages to the budget); returns the bytes released. */
 uint64_t ascm_pool_trim(ascm_pool *p);
 void ascm_pool_reset_peaks(ascm_pool *p);
+/* With no live block: gives the spare slabs back and closes the pool (every
+ * later allocation fails with ASCM_ERR_NOMEM); returns 1.  Else returns 0. */
+int ascm_pool_close_if_empty(ascm_pool *p);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
@@ -149,11 +152,22 @@ typedef struct ascm_budget {
 } ascm_budget;
 
 typedef struct ascm_device_config {
-    uint64_t base[ASCM_KINDS], size[ASCM_KINDS]; /* size 0: the kind does not exist */
+    uint64_t base[ASCM_KINDS], size[ASCM_KINDS]; /* the first chunk of each kind; size 0: none */
     uint64_t min_block;
     ascm_budget budget;
     int p2p;              /* P2P policies supported */
+    int growable[ASCM_KINDS]; /* the kind exists even with no chunk, and may grow by chunks */
 } ascm_device_config;
+
+#define ASCM_MAX_CHUNKS 64 /* chunks a kind holds at once */
+
+/* Asked, with no lock held, when a growable kind's chunks cannot serve a
+ * request of size bytes: the hook may take memory from its upstream and
+ * ascm_device_add_chunk it (or give empty chunks back first).  generation is
+ * the kind's chunk-table generation seen when the request failed: if it has
+ * changed, another thread grew the kind already and a retry may be enough.
+ * Return ASCM_OK to have the request tried once more. */
+typedef int (*ascm_grow_fn)(void *ctx, int kind, uint64_t size, uint64_t align, uint64_t generation);
 
 typedef struct ascm_device ascm_device;
 
@@ -165,7 +179,25 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
 /* kind_mask: kinds the address may belong to (bit per kind). */
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
 int ascm_device_kind_of(const ascm_device *d, uint64_t addr);  /* -1: none */
-ascm_pool *ascm_device_pool(ascm_device *d, int kind);          /* NULL if absent */
+/* The chunk's pool that holds addr (and its kind), or NULL. */
+ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind);
+ascm_pool *ascm_device_pool(ascm_device *d, int kind);          /* first chunk's; NULL if none */
+int ascm_device_has_kind(const ascm_device *d, int kind);
+int ascm_device_chunk_count(const ascm_device *d, int kind);
+/* Chunk i of a kind (and its range), or NULL. */
+ascm_pool *ascm_device_chunk(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size);
+uint64_t ascm_device_generation(const ascm_device *d, int kind);
+/* Statistics of a kind summed over its chunks (peaks: exact with one chunk,
+ * else the sum of the chunks' peaks, an upper bound). */
+void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out);
+void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx);
+/* A new chunk [base, base + size) for the kind (ranges must not overlap). */
+int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);
+/* Closes every chunk of the kind that holds no live block (after giving its
+ * spare slabs back), at most max of them, and takes it off the kind; writes
+ * their ranges for the caller to give back upstream. */
+int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max,
+                              int *count);
 /* Recreates every pool empty at new bases; the budget keeps its settings. */
 int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]);
 void ascm_device_budget(ascm_device *d, ascm_budget *out);

@@ -7,6 +7,15 @@
  *   huge_used + normal_used + fixed <= limit        (when a limit is set)
  * Pools report page deltas through their charge hook; the budget has its own
  * lock because several pools charge it.
+ *
+ * Chunks: a kind's memory is one or more chunks, each a pool over a range
+ * taken from an upstream (the OS, the Ascend runtime).  A kind with a grow
+ * hook takes another chunk when its chunks are full, and gives empty chunks
+ * back on request.  The chunk list of a kind is an immutable table swapped
+ * in with one atomic store, so the allocation and free paths read it with no
+ * lock while another thread grows or shrinks the kind; replaced tables and
+ * retired pools are kept until reset or destroy, since a reader may still
+ * hold them (a retired pool is closed: it refuses allocations).
  */
 #include "internal.h"
 
@@ -26,14 +35,47 @@ typedef struct charge_ctx {
     int huge; /* charges huge pages (HUGE, DVPP, HUGE1G) or normal ones */
 } charge_ctx;
 
+typedef struct chunk {
+    uint64_t base, size;
+    ascm_pool *pool;
+} chunk;
+
+typedef struct chunk_table {
+    uint64_t generation; /* changes with every table of the kind */
+    uint32_t n;
+    chunk c[ASCM_MAX_CHUNKS];
+} chunk_table;
+
+typedef struct retired { /* kept until reset or destroy: readers may hold it */
+    struct retired *next;
+    chunk_table *table;
+    ascm_pool *pool;
+} retired;
+
+typedef struct kind_totals { /* what retired chunks of a kind had counted */
+    uint64_t alloc_count, free_count, failed_count, peak_used, peak_requested;
+} kind_totals;
+
 struct ascm_device {
     ascm_lock lock; /* the budget's */
     ascm_budget b;
-    ascm_pool *pool[ASCM_KINDS];
+    _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
     uint64_t base[ASCM_KINDS], size[ASCM_KINDS], min_block;
+    int growable[ASCM_KINDS];
     charge_ctx ctx[ASCM_KINDS];
     int p2p;
+    ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
+    retired *graveyard;
+    kind_totals retired_totals[ASCM_KINDS];
+    ascm_grow_fn grow;
+    void *grow_ctx;
 };
+
+static const uint64_t kind_page[ASCM_KINDS] = {2 * MIB, 0, 2 * MIB, 0, 1024 * MIB};
+
+static inline chunk_table *table_of(const ascm_device *d, int kind) {
+    return atomic_load_explicit((_Atomic(chunk_table *) *)&d->table[kind], memory_order_acquire);
+}
 
 static uint64_t growth(const ascm_budget *b, uint64_t huge_used) {
     return huge_used > b->reserve ? huge_used - b->reserve : 0;
@@ -65,27 +107,51 @@ static int charge(void *vctx, int64_t delta) {
     return ok ? 0 : 1;
 }
 
+static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out) {
+    ascm_pool_config pc = {.base = base, .size = size, .min_block = d->min_block,
+                           .page_size = kind_page[k] ? kind_page[k] : d->min_block};
+    if (k != ASCM_KIND_HOST) { /* host memory is not device memory */
+        pc.charge = charge;
+        pc.charge_ctx = &d->ctx[k];
+    }
+    return ascm_pool_create(&pc, out);
+}
+
 static int make_pools(ascm_device *d) {
-    static const uint64_t page[ASCM_KINDS] = {2 * MIB, 0, 2 * MIB, 0, 1024 * MIB};
     for (int k = 0; k < ASCM_KINDS; k++) {
+        if (!d->size[k] && !d->growable[k]) continue;
+        chunk_table *t = calloc(1, sizeof *t);
+        if (!t) return ASCM_ERR_HOSTMEM;
+        atomic_store_explicit(&d->table[k], t, memory_order_release);
         if (!d->size[k]) continue;
-        ascm_pool_config pc = {.base = d->base[k], .size = d->size[k], .min_block = d->min_block,
-                               .page_size = page[k] ? page[k] : d->min_block};
-        if (k != ASCM_KIND_HOST) { /* host memory is not device memory */
-            pc.charge = charge;
-            pc.charge_ctx = &d->ctx[k];
-        }
-        int st = ascm_pool_create(&pc, &d->pool[k]);
+        int st = new_pool(d, k, d->base[k], d->size[k], &t->c[0].pool);
         if (st != ASCM_OK) return st;
+        t->c[0].base = d->base[k];
+        t->c[0].size = d->size[k];
+        t->n = 1;
     }
     return ASCM_OK;
 }
 
+static void drop_pool(ascm_pool *p) {
+    ascm_pool_reset(p); /* gives its pages back to the budget */
+    ascm_pool_destroy(p);
+}
+
 static void drop_pools(ascm_device *d) {
     for (int k = 0; k < ASCM_KINDS; k++) {
-        if (d->pool[k]) ascm_pool_reset(d->pool[k]); /* gives its pages back to the budget */
-        ascm_pool_destroy(d->pool[k]);
-        d->pool[k] = NULL;
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) drop_pool(t->c[i].pool);
+        free(t);
+        atomic_store_explicit(&d->table[k], NULL, memory_order_release);
+        memset(&d->retired_totals[k], 0, sizeof d->retired_totals[k]);
+    }
+    while (d->graveyard) {
+        retired *r = d->graveyard;
+        d->graveyard = r->next;
+        if (r->pool) drop_pool(r->pool);
+        free(r->table);
+        free(r);
     }
 }
 
@@ -100,6 +166,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     for (int k = 0; k < ASCM_KINDS; k++) {
         d->base[k] = cfg->base[k];
         d->size[k] = cfg->size[k];
+        d->growable[k] = cfg->growable[k] != 0;
         d->ctx[k].dev = d;
         d->ctx[k].huge = k == ASCM_KIND_HUGE || k == ASCM_KIND_DVPP || k == ASCM_KIND_HUGE1G;
     }
@@ -129,9 +196,21 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
     return make_pools(d);
 }
 
+/* Every chunk of the kind in turn; then, if the kind can grow and its chunks
+ * were full (not over budget), the grow hook and one more round. */
 static int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr) {
-    if (!d->pool[kind]) return ASCM_ERR_NOMEM;
-    return ascm_pool_alloc(d->pool[kind], size, align, addr);
+    for (int round = 0;; round++) {
+        chunk_table *t = table_of(d, kind);
+        if (!t) return ASCM_ERR_NOMEM;
+        int st = ASCM_ERR_NOMEM;
+        for (uint32_t i = 0; i < t->n; i++) {
+            int got = ascm_pool_alloc(t->c[i].pool, size, align, addr);
+            if (got == ASCM_OK || got == ASCM_ERR_INVAL) return got;
+            if (got == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) st = got;
+        }
+        if (st != ASCM_ERR_NOMEM || round || !d->growable[kind] || !d->grow) return st;
+        if (d->grow(d->grow_ctx, kind, size, align, t->generation) != ASCM_OK) return st;
+    }
 }
 
 int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
@@ -146,11 +225,9 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
         *kind = ASCM_KIND_DVPP;
         int st = try_kind(d, ASCM_KIND_DVPP, rounded, 128, addr);
         if (st == ASCM_OK) {
-            ascm_pool *p = d->pool[ASCM_KIND_DVPP];
-            ascm_lock_acquire(&p->lock);
-            uint64_t used = p->used;
-            ascm_lock_release(&p->lock);
-            if (used * 10 > d->size[ASCM_KIND_DVPP] * 9) *events |= ASCM_EVENT_MEDIA_90;
+            ascm_stats s;
+            ascm_device_kind_stats(d, ASCM_KIND_DVPP, &s);
+            if (s.used * 10 > s.capacity * 9) *events |= ASCM_EVENT_MEDIA_90;
         }
         return st;
     }
@@ -169,7 +246,7 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
     switch (base) {
     case HUGE1G_ONLY:
     case HUGE1G_ONLY_P2P:
-        if (!d->pool[ASCM_KIND_HUGE1G]) return ASCM_ERR_UNSUPPORTED;
+        if (!table_of(d, ASCM_KIND_HUGE1G)) return ASCM_ERR_UNSUPPORTED;
         *kind = ASCM_KIND_HUGE1G;
         /* 1 GiB pages: CANN rounds to 32 bytes without the extra 32 */
         return try_kind(d, ASCM_KIND_HUGE1G, (size + 31) & ~31ull, align, addr);
@@ -202,21 +279,186 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
     }
 }
 
+ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind) {
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++)
+            if (addr >= t->c[i].base && addr - t->c[i].base < t->c[i].size) {
+                if (kind) *kind = k;
+                return t->c[i].pool;
+            }
+    }
+    if (kind) *kind = -1;
+    return NULL;
+}
+
 int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
-    for (int k = 0; k < ASCM_KINDS; k++)
-        if (d->pool[k] && addr - d->base[k] < d->size[k] && addr >= d->base[k]) return k;
-    return -1;
+    int k;
+    ascm_device_pool_at(d, addr, &k);
+    return k;
 }
 
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
-    int k = ascm_device_kind_of(d, addr);
-    *kind = k;
-    if (k < 0 || !((kind_mask >> k) & 1u)) return ASCM_ERR_BADFREE;
-    return ascm_pool_free(d->pool[k], addr);
+    ascm_pool *p = ascm_device_pool_at(d, addr, kind);
+    if (!p || !((kind_mask >> *kind) & 1u)) return ASCM_ERR_BADFREE;
+    return ascm_pool_free(p, addr);
 }
 
 ascm_pool *ascm_device_pool(ascm_device *d, int kind) {
-    return kind >= 0 && kind < ASCM_KINDS ? d->pool[kind] : NULL;
+    return ascm_device_chunk(d, kind, 0, NULL, NULL);
+}
+
+int ascm_device_has_kind(const ascm_device *d, int kind) {
+    return kind >= 0 && kind < ASCM_KINDS && table_of(d, kind) != NULL;
+}
+
+int ascm_device_chunk_count(const ascm_device *d, int kind) {
+    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
+    return t ? (int)t->n : 0;
+}
+
+ascm_pool *ascm_device_chunk(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size) {
+    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
+    if (!t || i < 0 || (uint32_t)i >= t->n) return NULL;
+    if (base) *base = t->c[i].base;
+    if (size) *size = t->c[i].size;
+    return t->c[i].pool;
+}
+
+uint64_t ascm_device_generation(const ascm_device *d, int kind) {
+    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
+    return t ? t->generation : 0;
+}
+
+void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx) {
+    ascm_lock_acquire(&d->chunks_lock);
+    d->grow_ctx = ctx;
+    d->grow = fn;
+    ascm_lock_release(&d->chunks_lock);
+}
+
+static int bury(ascm_device *d, chunk_table *table, ascm_pool *pool) {
+    retired *r = malloc(sizeof *r);
+    if (!r) return ASCM_ERR_HOSTMEM;
+    r->table = table;
+    r->pool = pool;
+    r->next = d->graveyard;
+    d->graveyard = r;
+    return ASCM_OK;
+}
+
+int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size) {
+    if (kind < 0 || kind >= ASCM_KINDS || !size) return ASCM_ERR_INVAL;
+    ascm_lock_acquire(&d->chunks_lock);
+    chunk_table *t = table_of(d, kind), *fresh = NULL;
+    int st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
+    for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
+        if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
+    if (st == ASCM_OK && !(fresh = malloc(sizeof *fresh))) st = ASCM_ERR_HOSTMEM;
+    if (st == ASCM_OK) {
+        *fresh = *t;
+        st = new_pool(d, kind, base, size, &fresh->c[t->n].pool);
+    }
+    if (st == ASCM_OK && (st = bury(d, t, NULL)) != ASCM_OK) ascm_pool_destroy(fresh->c[t->n].pool);
+    if (st != ASCM_OK) {
+        free(fresh);
+    } else {
+        fresh->c[t->n].base = base;
+        fresh->c[t->n].size = size;
+        fresh->n = t->n + 1;
+        fresh->generation = t->generation + 1;
+        atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
+    }
+    ascm_lock_release(&d->chunks_lock);
+    return st;
+}
+
+int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max,
+                              int *count) {
+    *count = 0;
+    if (kind < 0 || kind >= ASCM_KINDS) return ASCM_ERR_INVAL;
+    ascm_lock_acquire(&d->chunks_lock);
+    chunk_table *t = table_of(d, kind), *fresh = NULL;
+    int st = t ? ASCM_OK : ASCM_ERR_UNSUPPORTED;
+    if (st == ASCM_OK && !(fresh = malloc(sizeof *fresh))) st = ASCM_ERR_HOSTMEM;
+    /* room in the graveyard first, so that nothing can fail half-way */
+    retired *spare[ASCM_MAX_CHUNKS + 1];
+    int nspare = 0;
+    for (; st == ASCM_OK && t && nspare <= (int)t->n; nspare++)
+        if (!(spare[nspare] = malloc(sizeof *spare[nspare]))) st = ASCM_ERR_HOSTMEM;
+    if (st == ASCM_OK) {
+        *fresh = *t;
+        fresh->n = 0;
+        for (uint32_t i = 0; i < t->n; i++) {
+            ascm_pool *p = t->c[i].pool;
+            ascm_stats s;
+            if (*count < max && ascm_pool_close_if_empty(p)) {
+                ascm_pool_stats(p, &s);
+                kind_totals *r = &d->retired_totals[kind];
+                r->alloc_count += s.alloc_count;
+                r->free_count += s.free_count;
+                r->failed_count += s.failed_count;
+                if (s.peak_used > r->peak_used) r->peak_used = s.peak_used;
+                if (s.peak_requested > r->peak_requested) r->peak_requested = s.peak_requested;
+                bases[*count] = t->c[i].base;
+                sizes[*count] = t->c[i].size;
+                ++*count;
+                retired *g = spare[--nspare];
+                g->table = NULL;
+                g->pool = p;
+                g->next = d->graveyard;
+                d->graveyard = g;
+            } else {
+                fresh->c[fresh->n++] = t->c[i];
+            }
+        }
+        fresh->generation = t->generation + 1;
+        retired *g = spare[--nspare];
+        g->table = t;
+        g->pool = NULL;
+        g->next = d->graveyard;
+        d->graveyard = g;
+        atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
+    } else {
+        free(fresh);
+    }
+    while (nspare > 0) free(spare[--nspare]);
+    ascm_lock_release(&d->chunks_lock);
+    return st;
+}
+
+void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
+    memset(out, 0, sizeof *out);
+    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
+    if (!t) return;
+    uint64_t peak_used = 0, peak_requested = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        ascm_stats s;
+        ascm_pool_stats(t->c[i].pool, &s);
+        out->capacity += s.capacity;
+        out->used += s.used;
+        out->requested += s.requested;
+        peak_used += s.peak_used;
+        peak_requested += s.peak_requested;
+        out->free += s.free;
+        if (s.largest_free > out->largest_free) out->largest_free = s.largest_free;
+        out->live_count += s.live_count;
+        out->alloc_count += s.alloc_count;
+        out->free_count += s.free_count;
+        out->failed_count += s.failed_count;
+        out->pages_in_use += s.pages_in_use;
+        out->page_size = s.page_size;
+        out->slab_bytes += s.slab_bytes;
+        out->metadata_bytes += s.metadata_bytes;
+    }
+    const kind_totals *r = &d->retired_totals[kind];
+    out->alloc_count += r->alloc_count;
+    out->free_count += r->free_count;
+    out->failed_count += r->failed_count;
+    /* one chunk: exact; several: the sum of their peaks, an upper bound */
+    out->peak_used = peak_used > r->peak_used ? peak_used : r->peak_used;
+    out->peak_requested = peak_requested > r->peak_requested ? peak_requested : r->peak_requested;
+    if (!out->page_size) out->page_size = kind_page[kind] ? kind_page[kind] : d->min_block;
 }
 
 void ascm_device_budget(ascm_device *d, ascm_budget *out) {
@@ -243,8 +485,11 @@ int ascm_device_set_limit(ascm_device *d, uint64_t limit) {
 }
 
 void ascm_device_reset_peaks(ascm_device *d) {
-    for (int k = 0; k < ASCM_KINDS; k++)
-        if (d->pool[k]) ascm_pool_reset_peaks(d->pool[k]);
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) ascm_pool_reset_peaks(t->c[i].pool);
+        d->retired_totals[k].peak_used = d->retired_totals[k].peak_requested = 0;
+    }
     ascm_lock_acquire(&d->lock);
     d->b.peak_huge = d->b.huge_used;
     d->b.peak_normal = d->b.normal_used;

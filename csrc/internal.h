@@ -236,6 +236,7 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
 struct ascm_pool {
     ascm_lock lock;
     int single_threaded;  /* take no lock: the caller serialises calls */
+    int closed;           /* retired chunk: every allocation fails */
     uint64_t base, size, gran;
     unsigned gshift, pshift;
     uint64_t page_size, npages, pages_in_use;

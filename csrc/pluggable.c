@@ -71,7 +71,10 @@ EXPORT void ascmem_pluggable_reset(bool check_error) {
     for (int i = 0; i < MAX_DEVICES; i++) {
         ascm_device *d = atomic_load(&registered[i]);
         for (int k = 0; d && k < ASCM_KINDS; k++)
-            if (ascm_device_pool(d, k)) ascm_pool_trim(ascm_device_pool(d, k));
+            for (int c = 0; c < ascm_device_chunk_count(d, k); c++) {
+                ascm_pool *p = ascm_device_chunk(d, k, c, NULL, NULL);
+                if (p) ascm_pool_trim(p);
+            }
     }
 }
 
@@ -87,8 +90,8 @@ EXPORT void ascmem_pluggable_memory_fraction(double fraction, int device) {
 EXPORT void *ascmem_pluggable_base_alloc(void *ptr, size_t *size) {
     uint64_t addr = (uint64_t)(uintptr_t)ptr, n = 0;
     ascm_device *d = device_of_ptr(addr);
-    int kind = d ? ascm_device_kind_of(d, addr) : -1;
-    if (kind < 0 || ascm_pool_usable_size(ascm_device_pool(d, kind), addr, &n) != ASCM_OK) n = 0;
+    ascm_pool *p = d ? ascm_device_pool_at(d, addr, NULL) : NULL;
+    if (!p || ascm_pool_usable_size(p, addr, &n) != ASCM_OK) n = 0;
     if (size) *size = (size_t)n;
     return n ? ptr : NULL;
 }

@@ -122,6 +122,7 @@ static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested
 }
 
 static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
+    if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
     int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
     int st;
     if (ASCM_LIKELY(cls >= 0)) {
@@ -296,6 +297,7 @@ void ascm_pool_reset(ascm_pool *p) {
     p->pages_in_use = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = 0;
+    p->closed = 0;
     ascm_pool_unlock(p);
 }
 
@@ -314,6 +316,17 @@ void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
             fn(ctx, p->base + ((uint64_t)n->off << p->gshift), (uint64_t)n->len << p->gshift, 0);
     }
     ascm_pool_unlock(p);
+}
+
+int ascm_pool_close_if_empty(ascm_pool *p) {
+    ascm_pool_lock(p);
+    int empty = p->live_count == 0;
+    if (empty) {
+        ascm_slab_trim(p);
+        p->closed = 1;
+    }
+    ascm_pool_unlock(p);
+    return empty;
 }
 
 void ascm_pool_reset_peaks(ascm_pool *p) {

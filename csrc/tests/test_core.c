@@ -278,6 +278,66 @@ static void test_check_detects_corruption(void) {
     ascm_pool_destroy(p);
 }
 
+/* A growable kind: the hook hands out 8 MiB chunks from a fake upstream of
+ * four; empty chunks go back; a request for the whole upstream then fits. */
+typedef struct fake_upstream {
+    ascm_device *d;
+    uint64_t next, taken, limit;
+    int calls;
+} fake_upstream;
+
+static int grow_hook(void *ctx, int kind, uint64_t size, uint64_t align, uint64_t generation) {
+    fake_upstream *u = ctx;
+    (void)align;
+    (void)generation;
+    u->calls++;
+    uint64_t chunk = (size + (2u << 20) - 1) & ~((2ull << 20) - 1);
+    if (chunk < (8u << 20)) chunk = 8u << 20;
+    if (u->taken + chunk > u->limit) {
+        uint64_t bases[ASCM_MAX_CHUNKS], sizes[ASCM_MAX_CHUNKS];
+        int n = 0;
+        CHECK(ascm_device_release_empty(u->d, kind, bases, sizes, ASCM_MAX_CHUNKS, &n) == ASCM_OK);
+        for (int i = 0; i < n; i++) u->taken -= sizes[i];
+        if (u->taken + chunk > u->limit) return ASCM_ERR_NOMEM;
+    }
+    int st = ascm_device_add_chunk(u->d, kind, u->next, chunk);
+    if (st == ASCM_OK) {
+        u->next += chunk;
+        u->taken += chunk;
+    }
+    return st;
+}
+
+static void test_device_chunks(void) {
+    ascm_device_config cfg = {.min_block = 4096};
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 40;
+    cfg.size[ASCM_KIND_NORMAL] = 8u << 20;
+    cfg.growable[ASCM_KIND_NORMAL] = 1;
+    cfg.budget.shared = 1ull << 30;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    fake_upstream u = {.d = d, .next = (1ull << 40) + (8u << 20), .taken = 8u << 20, .limit = 32u << 20};
+    ascm_device_set_grow(d, grow_hook, &u);
+    uint64_t a[6];
+    int kind, events;
+    for (int i = 0; i < 3; i++) /* 6 MiB each: one per chunk */
+        CHECK(ascm_device_malloc(d, 6u << 20, 2 /* NORMAL_ONLY */, ASCM_SIZE_MALLOC, &a[i], &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_chunk_count(d, ASCM_KIND_NORMAL) == 3 && u.calls == 2);
+    for (int i = 0; i < 3; i++) CHECK(ascm_device_free(d, a[i], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    CHECK(ascm_device_free(d, a[0], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_ERR_BADFREE);
+    /* 30 MiB: more than any chunk; the empty ones go back and one big chunk comes */
+    CHECK(ascm_device_malloc(d, 30u << 20, 2, ASCM_SIZE_MALLOC, &a[0], &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_chunk_count(d, ASCM_KIND_NORMAL) == 1);
+    ascm_stats s;
+    ascm_device_kind_stats(d, ASCM_KIND_NORMAL, &s);
+    CHECK(s.live_count == 1 && s.alloc_count == 4 && s.free_count == 3);
+    CHECK(ascm_device_malloc(d, 4u << 20, 2, ASCM_SIZE_MALLOC, &a[1], &kind, &events) == ASCM_ERR_NOMEM);
+    CHECK(ascm_device_free(d, a[0], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    for (int i = 0; i < ascm_device_chunk_count(d, ASCM_KIND_NORMAL); i++)
+        POOL_OK(ascm_device_chunk(d, ASCM_KIND_NORMAL, i, NULL, NULL));
+    ascm_device_destroy(d);
+}
+
 int main(void) {
     test_buddy_basic();
     test_buddy_random();
@@ -285,7 +345,8 @@ int main(void) {
     test_pool_random();
     test_pool_batch();
     test_exhaustion_soak();
+    test_device_chunks();
     test_check_detects_corruption();
-    printf("%d passed, %d failed\n", failures ? 0 : 7, failures ? 1 : 0);
+    printf("%d passed, %d failed\n", failures ? 0 : 8, failures ? 1 : 0);
     return failures ? 1 : 0;
 }

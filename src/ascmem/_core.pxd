@@ -37,6 +37,7 @@ cdef extern from "ascmem.h" nogil:
         uint64_t base, size, min_block, page_size
         ascm_charge_fn charge
         void *charge_ctx
+        int single_threaded
     int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out)
     void ascm_pool_destroy(ascm_pool *p)
     int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
@@ -79,8 +80,13 @@ cdef extern from "ascmem.h" nogil:
         uint64_t min_block
         ascm_budget budget
         int p2p
+        int growable[5]
     ctypedef struct ascm_device:
         pass
+    enum:
+        ASCM_MAX_CHUNKS
+    ctypedef int (*ascm_grow_fn)(void *ctx, int kind, uint64_t size, uint64_t align,
+                                 uint64_t generation) noexcept
     int ascm_device_create(const ascm_device_config *cfg, ascm_device **out)
     void ascm_device_destroy(ascm_device *d)
     int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
@@ -88,6 +94,16 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
     ascm_pool *ascm_device_pool(ascm_device *d, int kind)
+    ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind)
+    int ascm_device_has_kind(const ascm_device *d, int kind)
+    int ascm_device_chunk_count(const ascm_device *d, int kind)
+    ascm_pool *ascm_device_chunk(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size)
+    uint64_t ascm_device_generation(const ascm_device *d, int kind)
+    void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out)
+    void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx)
+    int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size)
+    int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes,
+                                  int max, int *count)
     int ascm_device_reset(ascm_device *d, const uint64_t *base)
     void ascm_device_budget(ascm_device *d, ascm_budget *out)
     int ascm_device_charge_fixed(ascm_device *d, int64_t delta)
@@ -138,6 +154,13 @@ cdef class Device:
     cdef dict _views            # address -> number of live buffer exports
     cdef object _acl            # acl backend: the pyACL module the chunks came from
     cdef list _acl_chunks       # (free function name, address) to give back on close()
+    # pools that grow from an upstream (host, acl): per kind, the chunks taken
+    # beyond the first, and the bytes taken / allowed in all
+    cdef list _extra            # per kind: list of (base, size)
+    cdef uint64_t _taken[5]
+    cdef uint64_t _max[5]
+    cdef object _upstream_error # the last upstream failure, for the OOM message
+    cdef object _grow_lock      # one growth at a time (the GIL is dropped inside pyACL)
     cdef bint _debug            # ASCMEM_DEBUG=1 on the host backend: guard bytes
     cdef dict _guards           # address -> requested size, in debug mode
     cdef object __weakref__
@@ -152,7 +175,9 @@ cdef class Device:
     cdef _acl_ranges(self, uint64_t *out)
     cdef uint64_t _guarded(self, uint64_t addr, uint64_t size) except? 0
     cdef _check_guard(self, uint64_t addr)
-    cdef _unmap_ranges(self, uint64_t *bases)
+    cdef _unmap_chunks(self, list chunks)
+    cdef uint64_t _os_take(self, int k, uint64_t size, int *got)
+    cdef _trim_all(self)
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)
 

@@ -5,6 +5,7 @@ cimport cython
 from cpython.long cimport PyLong_CheckExact
 from cpython.exc cimport PyErr_Occurred, PyErr_Clear
 from libc.stdint cimport uint64_t, int64_t, uint32_t
+from libc.string cimport memset
 
 import warnings
 
@@ -154,6 +155,7 @@ cdef class Pool:
 
     def __cinit__(self, size, *, base=0, min_block=4096, page_size=None):
         cdef ascm_pool_config cfg
+        memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
         cfg.base = as_u64(base, "base")
         cfg.min_block = as_u64(min_block, "min_block")

@@ -2,6 +2,7 @@
 # _core.pyx so that its hot path is compiled with the pools').
 
 import os
+import threading
 
 from ascmem import profiles as _profiles
 from ascmem.errors import (AscmemError, MisalignedError, PrecautionWarning, UnsupportedError)
@@ -37,6 +38,30 @@ cdef void _collect(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested
     (<list>ctx).append((addr, usable, requested))
 
 
+# acl backend: how each kind's chunks are taken from the runtime and given back
+# (namespace, function, policy or None, free function)
+_ACL_CALLS = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
+              ASCM_KIND_NORMAL: ("rt", "malloc", 2, "free"),
+              ASCM_KIND_DVPP: ("media", "dvpp_malloc", None, "dvpp_free"),
+              ASCM_KIND_HOST: ("rt", "malloc_host", None, "free_host"),
+              ASCM_KIND_HUGE1G: ("rt", "malloc", 6, "free")}
+# pyACL codes that mean "the runtime is out of memory" (aclError: 207001
+# ACL_ERROR_RT_MEMORY_ALLOCATION, 200000 ACL_ERROR_BAD_ALLOC)
+_UPSTREAM_OOM = (207001, 200000)
+_CHUNK_ALIGN = 2 << 20
+
+
+cdef int _grow_hook(void *ctx, int kind, uint64_t size, uint64_t align,
+                    uint64_t generation) noexcept with gil:
+    """The C device asks for another chunk (see ascm_grow_fn)."""
+    cdef Device dev = <Device>ctx
+    try:
+        return ASCM_OK if dev._grow(kind, size, generation) else ASCM_ERR_NOMEM
+    except BaseException as e:  # never let an exception cross into C
+        dev._upstream_error = f"growing the pool raised {e!r}"
+        return ASCM_ERR_NOMEM
+
+
 @cython.final
 cdef class Device:
     """A simulated Ascend device: memory kinds, budgets and the CANN rules.
@@ -67,12 +92,16 @@ cdef class Device:
         self.device_id = <int>did
         self._epoch = 0
         self._warned = set()
-        self._counters = {"huge_fallbacks": 0, "oom_retries": 0}
+        self._counters = {"huge_fallbacks": 0, "oom_retries": 0, "chunks_taken": 0,
+                          "chunks_given_back": 0, "upstream_failures": 0}
         self._pending = {}
         self._pending_by_addr = {}
         self._recorded = {}
         self._views = {}
         self._acl_chunks = []
+        self._extra = [[] for _ in range(ASCM_KINDS)]
+        self._upstream_error = None
+        self._grow_lock = threading.Lock()
         self._guards = {}
         self._debug = backend == "host" and os.environ.get("ASCMEM_DEBUG", "") == "1"
         self._oom_callback = None
@@ -98,6 +127,7 @@ cdef class Device:
         cdef uint64_t app = free_os // (2 * _MiB) * (2 * _MiB)
         cdef uint64_t reserve = prof.huge_reserve(free_os)
         cdef ascm_device_config cfg
+        memset(&cfg, 0, sizeof(cfg))
         cfg.min_block = 4096
         cfg.p2p = prof.p2p
         cfg.budget.reserve = reserve
@@ -110,10 +140,22 @@ cdef class Device:
         self._sizes[ASCM_KIND_DVPP] = min(<uint64_t>prof.media_window, app)
         self._sizes[ASCM_KIND_HOST] = as_u64(host_memory, "host_memory") // 4096 * 4096
         self._sizes[ASCM_KIND_HUGE1G] = (app // _GiB * _GiB) if prof.huge1g else 0
-        if pool_sizes:  # the size each pool takes from its upstream (host, acl)
+        for k in range(ASCM_KINDS):
+            self._max[k] = 0
+        if pool_sizes:
+            # the size each pool takes from its upstream (host, acl): a size,
+            # or (initial, maximum) for a pool that grows by chunks
             for kind, n in dict(pool_sizes).items():
                 k = int(MemKind(kind) if not isinstance(kind, str) else MemKind[kind.upper()])
-                self._sizes[k] = as_u64(n, "pool size") // (2 << 20) * (2 << 20)
+                initial, maximum = n if isinstance(n, (tuple, list)) else (n, n)
+                self._sizes[k] = as_u64(initial, "initial pool size") // _CHUNK_ALIGN * _CHUNK_ALIGN
+                self._max[k] = as_u64(maximum, "maximum pool size") // _CHUNK_ALIGN * _CHUNK_ALIGN
+                if self._max[k] < self._sizes[k]:
+                    raise InvalidArgumentError(f"{MemKind(k).name}: maximum pool size {maximum} "
+                                               f"is below the initial size {initial}")
+                if self._max[k] > self._sizes[k] and backend == "sim":
+                    raise InvalidArgumentError("a pool grows from an upstream: give an initial "
+                                               "and a maximum size with backend='host' or 'acl'")
         elif backend == "acl":  # the runtime gives what the budget allows, not address space
             self._sizes[ASCM_KIND_HUGE] = (reserve or app // 2) // (2 << 20) * (2 << 20)
             self._sizes[ASCM_KIND_NORMAL] = (app - self._sizes[ASCM_KIND_HUGE]) // 2 // 4096 * 4096
@@ -124,8 +166,12 @@ cdef class Device:
             if self._sizes[k] >= (<uint64_t>1 << _KIND_SHIFT):
                 raise InvalidArgumentError("memory beyond 128 GiB per kind is not modelled")
             cfg.size[k] = self._sizes[k]
+            if self._max[k] < self._sizes[k]:
+                self._max[k] = self._sizes[k]
+            cfg.growable[k] = self._max[k] > self._sizes[k]
+            self._taken[k] = self._sizes[k]
         if backend == "host":
-            self._map_ranges(self._real_base)
+            self._extra = self._map_ranges(self._real_base)
         elif backend == "acl":
             if acl_module is None:
                 try:
@@ -139,55 +185,170 @@ cdef class Device:
         cdef int st = ascm_device_create(&cfg, &self._d)
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
+        if any(cfg.growable[k] for k in range(ASCM_KINDS)):
+            ascm_device_set_grow(self._d, _grow_hook, <void *>self)
 
     cdef _map_ranges(self, uint64_t *out):
-        """Host backend: reserves real memory for every kind's range (touched
-        only when used); huge kinds 2 MiB-aligned, on huge pages if possible."""
+        """Host backend: reserves real memory for every kind's first chunk
+        (touched only when used); huge kinds 2 MiB-aligned, on huge pages if
+        possible.  Returns the chunks, per kind."""
         cdef uint64_t addr
         cdef int got, k, j
+        chunks = [[] for _ in range(ASCM_KINDS)]
         for k in range(ASCM_KINDS):
             out[k] = 0
             if not self._sizes[k]:
                 continue
-            huge = k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G)
-            if ascm_os_reserve(self._sizes[k], (2 << 20) if huge else 4096, huge, &addr,
-                               &got) != ASCM_OK:
-                for j in range(k):
-                    if out[j]:
-                        ascm_os_release(out[j], self._sizes[j])
+            addr = self._os_take(k, self._sizes[k], &got)
+            if not addr:
+                self._unmap_chunks(chunks)
                 raise OutOfMemoryError(f"the OS refused {_fmt_bytes(self._sizes[k])} of address "
                                        f"space for {MemKind(k).name} memory")
             out[k] = addr
             self._os_got[k] = got
+            chunks[k].append((addr, self._sizes[k]))
+        return chunks
+
+    cdef uint64_t _os_take(self, int k, uint64_t size, int *got):
+        cdef uint64_t addr
+        huge = k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G)
+        if ascm_os_reserve(size, _CHUNK_ALIGN if huge else 4096, huge, &addr, got) != ASCM_OK:
+            return 0
+        return addr
+
+    cdef _unmap_chunks(self, list chunks):
+        for per_kind in chunks:
+            for base, size in per_kind:
+                ascm_os_release(base, size)
 
     cdef _acl_ranges(self, uint64_t *out):
         """acl backend: one big chunk per kind from the runtime, sub-allocated
         here, as CANN advises instead of frequent aclrtMalloc calls."""
-        acl = self._acl
-        calls = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
-                 ASCM_KIND_NORMAL: ("rt", "malloc", 2, "free"),
-                 ASCM_KIND_DVPP: ("media", "dvpp_malloc", None, "dvpp_free"),
-                 ASCM_KIND_HOST: ("rt", "malloc_host", None, "free_host"),
-                 ASCM_KIND_HUGE1G: ("rt", "malloc", 6, "free")}
+        self._extra = [[] for _ in range(ASCM_KINDS)]
         for k in range(ASCM_KINDS):
             out[k] = 0
             if not self._sizes[k]:
                 continue
-            ns, name, policy, free_name = calls[k]
-            fn = getattr(getattr(acl, ns), name)
-            ptr, ret = fn(self._sizes[k], policy) if policy is not None else fn(self._sizes[k])
-            if ret != 0 or not ptr:
+            ptr, ret = self._acl_take(k, self._sizes[k])
+            if ret != 0:
                 self.close()
-                err = OutOfMemoryError if ret in (207001, 200000) else AscmemError
+                ns, name, _, _ = _ACL_CALLS[k]
+                err = OutOfMemoryError if ret in _UPSTREAM_OOM else AscmemError
                 e = err(f"acl.{ns}.{name}({self._sizes[k]}) for the {MemKind(k).name} pool "
                         f"returned {ret}")
                 e.code = ret
                 raise e
-            if ptr % 4096:
-                self.close()
-                raise MisalignedError(f"acl.{ns}.{name} returned {ptr:#x}, not 4 KiB aligned")
-            self._acl_chunks.append((ns, free_name, ptr))
             out[k] = ptr
+            self._extra[k].append((ptr, self._sizes[k]))
+
+    def _acl_take(self, int k, uint64_t size):
+        """One chunk from the runtime: (address, 0), or (0, the error code)."""
+        ns, name, policy, free_name = _ACL_CALLS[k]
+        fn = getattr(getattr(self._acl, ns), name)
+        ptr, ret = fn(size, policy) if policy is not None else fn(size)
+        if ret != 0 or not ptr:
+            return 0, ret or -1
+        if ptr % 4096:
+            getattr(getattr(self._acl, ns), free_name)(ptr)
+            raise MisalignedError(f"acl.{ns}.{name} returned {ptr:#x}, not 4 KiB aligned")
+        self._acl_chunks.append((ns, free_name, ptr))
+        return ptr, 0
+
+    # ---- growing from the upstream ------------------------------------------------
+
+    def _grow(self, int k, uint64_t size, uint64_t generation):
+        """Called by the C device when kind k's chunks cannot serve size bytes:
+        takes one more chunk from the upstream.  If the kind is at its maximum,
+        or the upstream is short, gives back the chunks that hold no live block
+        (this kind's first, then every kind's) and tries once more.  True:
+        the request should be retried."""
+        with self._grow_lock:
+            if ascm_device_generation(self._d, k) != generation:
+                return True  # another thread changed the chunks meanwhile
+            need = (size + 4096 + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
+            want = max(need, self._sizes[k])  # grow by at least the initial size
+            if self._taken[k] + need > self._max[k]:
+                self._release_empty(k)
+            room = self._max[k] - self._taken[k]
+            if room < need:
+                self._upstream_error = (f"the {MemKind(k).name} pool is at its maximum: "
+                                        f"{_fmt_bytes(self._taken[k])} of "
+                                        f"{_fmt_bytes(self._max[k])} taken from the upstream")
+                return False
+            chunk = min(want, room)
+            addr, err = self._upstream_take(k, chunk)
+            if err:  # the upstream is short: give back what is cached, try once more
+                self._counters["upstream_failures"] += 1
+                for kk in range(ASCM_KINDS):
+                    self._release_empty(kk)
+                chunk = need
+                addr, err = self._upstream_take(k, chunk)
+                if err:
+                    self._counters["upstream_failures"] += 1
+                    self._upstream_error = (f"the upstream refused {_fmt_bytes(chunk)} for the "
+                                            f"{MemKind(k).name} pool ({err}), also after the "
+                                            f"free chunks went back")
+                    return False
+            if ascm_device_add_chunk(self._d, k, addr, chunk) != ASCM_OK:
+                self._upstream_give(k, addr, chunk)
+                self._upstream_error = (f"the {MemKind(k).name} pool holds {ASCM_MAX_CHUNKS} "
+                                        f"chunks, its most")
+                return False
+            self._extra[k].append((addr, chunk))
+            self._taken[k] += chunk
+            self._counters["chunks_taken"] += 1
+            self._upstream_error = None
+            return True
+
+    def _upstream_take(self, int k, uint64_t size):
+        cdef int got
+        cdef uint64_t addr
+        if self.backend == "host":
+            addr = self._os_take(k, size, &got)
+            return (addr, None) if addr else (0, "mmap failed")
+        ptr, ret = self._acl_take(k, size)
+        return (ptr, None) if ret == 0 else (0, f"code {ret}")
+
+    def _upstream_give(self, int k, uint64_t base, uint64_t size):
+        if self.backend == "host":
+            ascm_os_release(base, size)
+            return
+        for i, (ns, free_name, ptr) in enumerate(self._acl_chunks):
+            if ptr == base:
+                del self._acl_chunks[i]
+                ret = getattr(getattr(self._acl, ns), free_name)(ptr)
+                if ret != 0:
+                    warnings.warn(f"acl.{ns}.{free_name}({ptr:#x}) returned {ret}", ResourceWarning)
+                return
+
+    def _release_empty(self, int k):
+        """Gives kind k's chunks that hold no live block back to the upstream;
+        returns the bytes given back.  Call with _grow_lock held."""
+        cdef uint64_t bases[ASCM_MAX_CHUNKS]
+        cdef uint64_t sizes[ASCM_MAX_CHUNKS]
+        cdef int n = 0, i
+        if self._max[k] <= self._sizes[k] and not self._extra[k][1:]:
+            return 0  # a fixed pool keeps its one chunk
+        if ascm_device_release_empty(self._d, k, bases, sizes, ASCM_MAX_CHUNKS, &n) != ASCM_OK:
+            return 0
+        given = 0
+        for i in range(n):
+            self._upstream_give(k, bases[i], sizes[i])
+            self._extra[k].remove((bases[i], sizes[i]))
+            self._taken[k] -= sizes[i]
+            given += sizes[i]
+        self._counters["chunks_given_back"] += n
+        return given
+
+    def chunks(self, kind):
+        """(base, size) of each chunk a kind holds now, first one first."""
+        cdef int k = int(MemKind(kind))
+        cdef uint64_t base, size
+        out = []
+        for i in range(ascm_device_chunk_count(self._d, k)):
+            ascm_device_chunk(self._d, k, i, &base, &size)
+            out.append((base, size))
+        return out
 
     def close(self):
         """Gives the chunks taken from the runtime back (acl backend).  The
@@ -197,11 +358,6 @@ cdef class Device:
             ret = getattr(getattr(self._acl, ns), free_name)(ptr)
             if ret != 0:
                 warnings.warn(f"acl.{ns}.{free_name}({ptr:#x}) returned {ret}", ResourceWarning)
-
-    cdef _unmap_ranges(self, uint64_t *bases):
-        for k in range(ASCM_KINDS):
-            if bases[k] and self._sizes[k]:
-                ascm_os_release(bases[k], self._sizes[k])
 
     cdef _bases(self, uint64_t *out):
         if self.backend in ("host", "acl"):
@@ -217,12 +373,13 @@ cdef class Device:
         cdef ascm_pool *p
         if self._d is not NULL:
             for k in range(ASCM_KINDS):
-                p = ascm_device_pool(self._d, k)
-                if p is not NULL and not self._pending_by_addr:
-                    _warn_leaks(f"Device {self.device_id}", p, MemKind(k).name)
+                for i in range(ascm_device_chunk_count(self._d, k)):
+                    p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                    if p is not NULL and not self._pending_by_addr:
+                        _warn_leaks(f"Device {self.device_id}", p, MemKind(k).name)
             ascm_device_destroy(self._d)
             if self.backend == "host":
-                self._unmap_ranges(self._real_base)
+                self._unmap_chunks(self._extra)
             elif self._acl_chunks:
                 try:
                     self.close()
@@ -334,15 +491,15 @@ cdef class Device:
     # ---- streams ----------------------------------------------------------------
 
     cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call):
-        cdef int k = ascm_device_kind_of(self._d, addr)
+        cdef int k = -1
+        cdef ascm_pool *p = ascm_device_pool_at(self._d, addr, &k)
         cdef uint64_t usable
         if addr in self._pending_by_addr:
             raise InvalidFreeError(f"{call}: {addr:#x} was already freed and waits on a stream")
         if self._views.get(addr):
             raise InvalidFreeError(f"{call}: {addr:#x} still has {self._views[addr]} live buffer "
                                    f"view(s); drop them (del / release()) before freeing")
-        if k < 0 or not (mask >> k) & 1 or \
-                ascm_pool_usable_size(ascm_device_pool(self._d, k), addr, &usable) != ASCM_OK:
+        if p is NULL or not (mask >> k) & 1 or ascm_pool_usable_size(p, addr, &usable) != ASCM_OK:
             _raise(ASCM_ERR_BADFREE, self._bad_pointer(addr, k, call, mask))
         holders = self._recorded.pop(addr, set())
         if stream is not None:
@@ -382,9 +539,8 @@ cdef class Device:
         """Marks a live block as also used by stream: when freed, it waits for
         that stream too (as PyTorch's Tensor.record_stream)."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n
-        cdef int k = ascm_device_kind_of(self._d, a)
-        if k < 0 or a in self._pending_by_addr or \
-                ascm_pool_usable_size(ascm_device_pool(self._d, k), a, &n) != ASCM_OK:
+        cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
+        if p is NULL or a in self._pending_by_addr or ascm_pool_usable_size(p, a, &n) != ASCM_OK:
             raise InvalidFreeError(f"{ptr:#x} is not a live block of device {self.device_id}")
         self._recorded.setdefault(a, set()).add(stream)
 
@@ -427,10 +583,7 @@ cdef class Device:
         cdef ascm_pool *p
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
             # give back what is cached (empty slabs), then ask the user
-            for k in range(ASCM_KINDS):
-                p = ascm_device_pool(self._d, k)
-                if p is not NULL:
-                    ascm_pool_trim(p)
+            self._trim_all()
             st = ascm_device_malloc(self._d, size, policy, mode, &addr, &kind, &events)
             if st != ASCM_OK and self._oom_callback is not None:
                 info = self._oom_info(size, kind)
@@ -443,14 +596,24 @@ cdef class Device:
                 return addr
         self._failed(st, size, policy_obj, kind, events, call)
 
+    cdef _trim_all(self):
+        cdef ascm_pool *p
+        released = 0
+        for k in range(ASCM_KINDS):
+            for i in range(ascm_device_chunk_count(self._d, k)):
+                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                if p is not NULL:
+                    released += ascm_pool_trim(p)
+        return released
+
     def _oom_info(self, size, int kind):
         cdef ascm_stats s
-        cdef ascm_pool *p = ascm_device_pool(self._d, kind) if kind >= 0 else NULL
-        if p is not NULL:
-            ascm_pool_stats(p, &s)
+        cdef bint has = kind >= 0 and ascm_device_has_kind(self._d, kind)
+        if has:
+            ascm_device_kind_stats(self._d, kind, &s)
         return {"kind": MemKind(kind) if kind >= 0 else None, "size": size,
-                "free": s.free if p is not NULL else 0,
-                "largest_free": s.largest_free if p is not NULL else 0,
+                "free": s.free if has else 0,
+                "largest_free": s.largest_free if has else 0,
                 "pending_bytes": self._pending_bytes}
 
     def malloc_host(self, size):
@@ -481,12 +644,13 @@ cdef class Device:
         views: a block cannot be freed while a view of it (or a numpy array
         made from one) is alive; free raises InvalidFreeError."""
         cdef uint64_t a = as_u64(ptr, "pointer"), usable
-        cdef int k = ascm_device_kind_of(self._d, a)
+        cdef int k = -1
+        cdef ascm_pool *p = ascm_device_pool_at(self._d, a, &k)
         if self.backend != "host":
             raise UnsupportedError(f"the {self.backend} backend holds no memory the host can "
                                    f"read; use backend='host'")
-        if k < 0 or a in self._pending_by_addr or \
-                ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &usable) != ASCM_OK:
+        if p is NULL or a in self._pending_by_addr or \
+                ascm_pool_requested_size(p, a, &usable) != ASCM_OK:
             raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
         if self._debug:
             usable = self._guards.get(a, usable)  # the guard bytes are not the caller's
@@ -524,18 +688,24 @@ cdef class Device:
         if st == ASCM_ERR_INVAL:
             raise InvalidArgumentError(f"{call}: size must be at least 1 byte")
         cdef ascm_stats s
-        cdef ascm_pool *p = ascm_device_pool(self._d, kind)
         name = MemKind(kind).name if 0 <= kind < ASCM_KINDS else "?"
-        if p is NULL:
+        if not (0 <= kind < ASCM_KINDS and ascm_device_has_kind(self._d, kind)):
             raise OutOfMemoryError(f"{call}({size}): this device has no {name} memory")
-        ascm_pool_stats(p, &s)
+        ascm_device_kind_stats(self._d, kind, &s)
         why = "the page budget is exhausted" if st == ASCM_ERR_BUDGET else "no free block fits"
         b = self.budget()
+        upstream = ""
+        if self._max[kind] > self._sizes[kind] or len(self._extra[kind]) > 1:
+            upstream = (f"; {ascm_device_chunk_count(self._d, kind)} chunk(s) hold "
+                        f"{_fmt_bytes(self._taken[kind])} of the pool's "
+                        f"{_fmt_bytes(self._max[kind])} maximum")
+            if self._upstream_error:
+                upstream += f" ({self._upstream_error})"
         raise OutOfMemoryError(
             f"{call}({size}, policy={_policy_name(policy)}): out of {name} memory ({why}); "
             f"{_fmt_bytes(s.free)} of the {name} range free, largest free block "
-            f"{_fmt_bytes(s.largest_free)}; {_fmt_bytes(self._pending_bytes)} waiting on streams; "
-            f"device budget: {_fmt_bytes(b['huge_used'])} huge + "
+            f"{_fmt_bytes(s.largest_free)}; {_fmt_bytes(self._pending_bytes)} waiting on streams"
+            f"{upstream}; device budget: {_fmt_bytes(b['huge_used'])} huge + "
             f"{_fmt_bytes(b['normal_used'])} normal + {_fmt_bytes(b['fixed'])} runtime of "
             f"{_fmt_bytes(b['total'])}")
 
@@ -567,8 +737,8 @@ cdef class Device:
     def usable_size(self, ptr):
         """The size a live block was given after the CANN rounding rule."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n
-        cdef int k = ascm_device_kind_of(self._d, a)
-        if k < 0 or ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &n) != ASCM_OK:
+        cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
+        if p is NULL or ascm_pool_requested_size(p, a, &n) != ASCM_OK:
             raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
         return n
 
@@ -578,11 +748,12 @@ cdef class Device:
         segment obeys the rule for carved memory: a 128-byte aligned start and a
         length within the buffer's rounded size."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n = as_u64(length, "length"), size
-        cdef int k = ascm_device_kind_of(self._d, a)
+        cdef int k = -1
+        cdef ascm_pool *p = ascm_device_pool_at(self._d, a, &k)
         if k == ASCM_KIND_HOST:
             raise InvalidArgumentError(f"{ptr:#x} is host memory: model inference reads device "
                                        f"or media memory")
-        if k < 0 or ascm_pool_requested_size(ascm_device_pool(self._d, k), a, &size) != ASCM_OK:
+        if p is NULL or ascm_pool_requested_size(p, a, &size) != ASCM_OK:
             raise InvalidArgumentError(f"{ptr:#x} is not a live device or media buffer "
                                        f"(freed, interior, or foreign)")
         if a % MEDIA_ALIGN:
@@ -671,18 +842,19 @@ cdef class Device:
         invalidates every pointer handed out before (freeing one raises
         InvalidFreeError)."""
         cdef uint64_t bases[5]
-        cdef uint64_t old[5]
         if self._views:
             raise InvalidArgumentError(f"reset: {sum(self._views.values())} buffer views of device "
                                        f"memory are still alive")
         self._epoch += 1
         if self.backend == "host":
-            old = self._real_base
-            self._map_ranges(self._real_base)  # new addresses: old pointers can not alias
-            self._unmap_ranges(old)
+            old_chunks = self._extra
+            self._extra = self._map_ranges(self._real_base)  # new addresses: old pointers can not alias
+            self._unmap_chunks(old_chunks)
         elif self.backend == "acl":
             self.close()
             self._acl_ranges(self._real_base)
+        for k in range(ASCM_KINDS):
+            self._taken[k] = self._sizes[k]
         self._bases(bases)
         ascm_device_charge_fixed(self._d, -<int64_t>self._fixed_taken)
         self._fixed_taken = 0
@@ -701,13 +873,14 @@ cdef class Device:
         to the OS too (MADV_DONTNEED).  Returns the bytes released."""
         cdef ascm_pool *p
         cdef list spans
-        released = 0
+        released = self._trim_all()
         for k in range(ASCM_KINDS):
-            p = ascm_device_pool(self._d, k)
-            if p is NULL:
-                continue
-            released += ascm_pool_trim(p)
-            if self.backend == "host":
+            with self._grow_lock:
+                released += self._release_empty(k)  # whole chunks back to the upstream
+            for i in range(ascm_device_chunk_count(self._d, k)):
+                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                if p is NULL or self.backend != "host":
+                    continue
                 spans = []
                 ascm_pool_walk_free(p, _collect, <void *>spans)
                 page = 2 << 20 if k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP) else 4096
@@ -740,12 +913,13 @@ cdef class Device:
         """Per kind: the pool's statistics; plus the budget and reuse counters."""
         out = {}
         cdef ascm_stats s
-        cdef ascm_pool *p
         for k in range(ASCM_KINDS):
-            p = ascm_device_pool(self._d, k)
-            if p is not NULL:
-                ascm_pool_stats(p, &s)
-                out[MemKind(k).name.lower()] = _stats_dict(&s)
+            if ascm_device_has_kind(self._d, k):
+                ascm_device_kind_stats(self._d, k, &s)
+                d = _stats_dict(&s)
+                d.update(chunks=ascm_device_chunk_count(self._d, k), upstream_bytes=self._taken[k],
+                         max_pool_size=self._max[k])
+                out[MemKind(k).name.lower()] = d
         b = self.budget()
         out["device"] = dict(b, aicpu_cache=self._fixed_taken, reserve_used=min(b["huge_used"], b["reserve"]),
                              reused_bytes=self._reused_bytes, reuse_count=self._reuse_count,
@@ -760,11 +934,11 @@ cdef class Device:
         cdef list found
         cdef ascm_pool *p
         for k in range(ASCM_KINDS):
-            p = ascm_device_pool(self._d, k)
-            if p is NULL:
-                continue
             found = []
-            ascm_pool_walk(p, _collect, <void *>found)
+            for i in range(ascm_device_chunk_count(self._d, k)):
+                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                if p is not NULL:
+                    ascm_pool_walk(p, _collect, <void *>found)
             kind = MemKind(k)
             blocks.extend({"address": a, "size": u, "requested": r, "kind": kind}
                           for a, u, r in found)
@@ -779,15 +953,21 @@ cdef class Device:
         cdef ascm_pool *p
         cdef ascm_stats s
         for k in range(ASCM_KINDS):
-            p = ascm_device_pool(self._d, k)
-            if p is not NULL and ascm_pool_check(p, msg, MSG_LEN) != ASCM_OK:
-                raise CorruptionError(f"{MemKind(k).name}: " + msg.decode("utf-8", "replace"))
+            for i in range(ascm_device_chunk_count(self._d, k)):
+                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                if p is not NULL and ascm_pool_check(p, msg, MSG_LEN) != ASCM_OK:
+                    raise CorruptionError(f"{MemKind(k).name} chunk {i}: " +
+                                          msg.decode("utf-8", "replace"))
+            if self.backend != "sim" and ascm_device_has_kind(self._d, k):
+                held = sum(size for _, size in self._extra[k])
+                if held != self._taken[k] or held > self._max[k] or \
+                        len(self._extra[k]) != ascm_device_chunk_count(self._d, k):
+                    raise CorruptionError(f"{MemKind(k).name}: chunk accounting is wrong")
         b = self.budget()
         pages = 0
         for k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G):
-            p = ascm_device_pool(self._d, k)
-            if p is not NULL:
-                ascm_pool_stats(p, &s)
+            if ascm_device_has_kind(self._d, k):
+                ascm_device_kind_stats(self._d, k, &s)
                 pages += s.pages_in_use * s.page_size
         if pages != b["huge_used"]:
             raise CorruptionError(f"huge pages charged {b['huge_used']} != pages in use {pages}")
@@ -795,14 +975,10 @@ cdef class Device:
     def range_of(self, kind):
         """(base, size) of a kind's address range, or None."""
         cdef int k = int(MemKind(kind))
-        cdef ascm_pool *p = ascm_device_pool(self._d, k)
-        cdef ascm_stats s
-        if p is NULL:
+        cdef uint64_t base, size
+        if ascm_device_chunk(self._d, k, 0, &base, &size) is NULL:
             return None
-        ascm_pool_stats(p, &s)
-        cdef uint64_t bases[5]
-        self._bases(bases)
-        return (bases[k], s.capacity)
+        return (base, size)
 
     def __repr__(self):
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
