@@ -53,7 +53,7 @@ typedef struct retired { /* kept until reset or destroy: readers may hold it */
 } retired;
 
 typedef struct kind_totals { /* what retired chunks of a kind had counted */
-    uint64_t alloc_count, free_count, failed_count, peak_used, peak_requested;
+    uint64_t alloc_count, free_count, peak_used, peak_requested;
 } kind_totals;
 
 struct ascm_device {
@@ -67,6 +67,9 @@ struct ascm_device {
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
     kind_totals retired_totals[ASCM_KINDS];
+    /* requests the whole kind failed (a miss in one chunk that another
+     * chunk serves is no failure, so the pools' own counts do not add up) */
+    _Atomic uint64_t failed[ASCM_KINDS];
     ascm_grow_fn grow;
     void *grow_ctx;
 };
@@ -145,6 +148,7 @@ static void drop_pools(ascm_device *d) {
         free(t);
         atomic_store_explicit(&d->table[k], NULL, memory_order_release);
         memset(&d->retired_totals[k], 0, sizeof d->retired_totals[k]);
+        atomic_store_explicit(&d->failed[k], 0, memory_order_relaxed);
     }
     while (d->graveyard) {
         retired *r = d->graveyard;
@@ -208,8 +212,11 @@ static int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uin
             if (got == ASCM_OK || got == ASCM_ERR_INVAL) return got;
             if (got == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) st = got;
         }
-        if (st != ASCM_ERR_NOMEM || round || !d->growable[kind] || !d->grow) return st;
-        if (d->grow(d->grow_ctx, kind, size, align, t->generation) != ASCM_OK) return st;
+        if (st != ASCM_ERR_NOMEM || round || !d->growable[kind] || !d->grow ||
+            d->grow(d->grow_ctx, kind, size, align, t->generation) != ASCM_OK) {
+            atomic_fetch_add_explicit(&d->failed[kind], 1, memory_order_relaxed);
+            return st;
+        }
     }
 }
 
@@ -397,7 +404,6 @@ int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_
                 kind_totals *r = &d->retired_totals[kind];
                 r->alloc_count += s.alloc_count;
                 r->free_count += s.free_count;
-                r->failed_count += s.failed_count;
                 if (s.peak_used > r->peak_used) r->peak_used = s.peak_used;
                 if (s.peak_requested > r->peak_requested) r->peak_requested = s.peak_requested;
                 bases[*count] = t->c[i].base;
@@ -445,7 +451,6 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
         out->live_count += s.live_count;
         out->alloc_count += s.alloc_count;
         out->free_count += s.free_count;
-        out->failed_count += s.failed_count;
         out->pages_in_use += s.pages_in_use;
         out->page_size = s.page_size;
         out->slab_bytes += s.slab_bytes;
@@ -454,7 +459,7 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
     const kind_totals *r = &d->retired_totals[kind];
     out->alloc_count += r->alloc_count;
     out->free_count += r->free_count;
-    out->failed_count += r->failed_count;
+    out->failed_count = atomic_load_explicit(&d->failed[kind], memory_order_relaxed);
     /* one chunk: exact; several: the sum of their peaks, an upper bound */
     out->peak_used = peak_used > r->peak_used ? peak_used : r->peak_used;
     out->peak_requested = peak_requested > r->peak_requested ? peak_requested : r->peak_requested;

@@ -6,10 +6,15 @@ import types
 
 ACL_SUCCESS = 0
 ACL_ERROR_INVALID_PARAM = 100000
+ACL_ERROR_BAD_ALLOC = 200000
+ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
 ACL_ERROR_RT_MEMORY_FREE = 207002
 
 
-def make():
+def make(capacity=None, fail=None):
+    """capacity: bytes the runtime can hand out in all (beyond it,
+    allocations return 207001); fail: a callable (name, size) -> an error
+    code to inject, or 0 -- both can be changed later on the module."""
     calls = []
     live = {}
     next_ptr = [0x7000_0000_0000]
@@ -21,6 +26,11 @@ def make():
         record(name, size, *rest)
         if not isinstance(size, int) or size <= 0:
             return 0, ACL_ERROR_INVALID_PARAM
+        injected = mod.fail(name, size) if mod.fail else 0
+        if injected:
+            return 0, injected
+        if mod.capacity is not None and sum(live.values()) + size > mod.capacity:
+            return 0, ACL_ERROR_RT_MEMORY_ALLOCATION
         ptr = next_ptr[0]
         next_ptr[0] += (size + 4095) // 4096 * 4096
         live[ptr] = size
@@ -55,5 +65,5 @@ def make():
         media=types.SimpleNamespace(
             dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
-        calls=calls, live=live)
+        calls=calls, live=live, capacity=capacity, fail=fail)
     return mod

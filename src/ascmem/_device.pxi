@@ -265,7 +265,7 @@ cdef class Device:
         with self._grow_lock:
             if ascm_device_generation(self._d, k) != generation:
                 return True  # another thread changed the chunks meanwhile
-            need = (size + 4096 + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
+            need = (size + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
             want = max(need, self._sizes[k])  # grow by at least the initial size
             if self._taken[k] + need > self._max[k]:
                 self._release_empty(k)
