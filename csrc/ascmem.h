@@ -105,6 +105,13 @@ void ascm_pool_reset(ascm_pool *p);
  * their pages to the budget); returns the bytes released. */
 uint64_t ascm_pool_trim(ascm_pool *p);
 void ascm_pool_reset_peaks(ascm_pool *p);
+/* The usable size a request of size bytes at align would get (0: never). */
+uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align);
+/* Hands a live block over to a new request of `requested` bytes, as a free
+ * and an allocation would, without the block ever being free: for reuse on
+ * the same stream.  ASCM_ERR_INVAL unless the request would get exactly this
+ * block's usable size and alignment. */
+int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align);
 /* With no live block: gives the spare slabs back and closes the pool (every
  * later allocation fails with ASCM_ERR_NOMEM); returns 1.  Else returns 0. */
 int ascm_pool_close_if_empty(ascm_pool *p);

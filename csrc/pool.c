@@ -318,6 +318,38 @@ void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_pool_unlock(p);
 }
 
+uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align) {
+    if (check_request(p, size, align) != ASCM_OK) return 0;
+    int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    if (cls >= 0) return p->classes[cls].size;
+    return ((size + p->gran - 1) >> p->gshift) << p->gshift;
+}
+
+int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align) {
+    ascm_pool_lock(p);
+    uint64_t usable, old;
+    int st = lookup_locked(p, addr, &usable, &old);
+    if (st == ASCM_OK && (ascm_pool_usable_for(p, requested, align) != usable ||
+                          ((addr - p->base) & (align - 1))))
+        st = ASCM_ERR_INVAL;
+    if (st == ASCM_OK) {
+        uint64_t off = addr - p->base;
+        uint32_t node = (off & (p->gran - 1)) ? 0 : ascm_map_get(&p->blocks, (uint32_t)(off >> p->gshift));
+        if (node) {
+            p->fit.nodes[node].slack = (uint32_t)(usable - requested);
+        } else {
+            ascm_slab *s = p->slabs[ascm_slab_at(p, off)];
+            s->slack[ascm_slab_live_slot(p, s, off)] = (uint16_t)(usable - requested);
+        }
+        p->requested = p->requested - old + requested;
+        if (p->requested > p->peak_requested) p->peak_requested = p->requested;
+        p->free_count++; /* a free and an allocation, as far as anyone can tell */
+        p->alloc_count++;
+    }
+    ascm_pool_unlock(p);
+    return st;
+}
+
 int ascm_pool_close_if_empty(ascm_pool *p) {
     ascm_pool_lock(p);
     int empty = p->live_count == 0;

@@ -26,6 +26,39 @@ def test_same_stream_reuses_the_freed_block_at_once():
     assert d.malloc(4 * MiB, stream=S1) == a
 
 
+def test_an_allocation_on_the_stream_does_not_free_its_other_blocks_for_other_streams():
+    # S1 frees a; S1 then asks for a different size: a must stay S1's until
+    # S1 is done, or S2 could get it while S1's queued work still reads it
+    d = dev()
+    a = d.malloc(4 * MiB, stream=S1)
+    d.free(a, stream=S1)
+    c = d.malloc(8 * MiB, stream=S1)
+    assert c != a
+    assert d.malloc(4 * MiB, stream=S2) != a
+    d.synchronize(S1)
+    assert d.malloc(4 * MiB, stream=S2) == a
+
+
+def test_same_stream_reuse_keeps_statistics_exact():
+    d = dev()
+    a = d.malloc(1000, stream=S1)
+    d.free(a, stream=S1)
+    assert d.malloc(1010, stream=S1) == a  # rounded to 1056 again: the same 1280-byte slot
+    s = d.stats()["normal"]
+    assert s["live_count"] == 1 and s["requested"] == 1056
+    assert s["alloc_count"] - s["free_count"] == 1
+    d.check()
+
+
+def test_a_block_shared_with_another_stream_is_not_reused_on_the_first():
+    d = dev()
+    a = d.malloc(4 * MiB, stream=S1)
+    d.record_stream(a, S2)
+    d.free(a, stream=S1)
+    assert d.malloc(4 * MiB, stream=S1) != a  # S2 may still read it
+    d.synchronize()
+
+
 def test_other_streams_wait_until_the_stream_is_synchronized():
     d = dev()
     a = d.malloc(4 * MiB, stream=S1)

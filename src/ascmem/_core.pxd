@@ -111,6 +111,8 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_reset_peaks(ascm_device *d)
     int ascm_pluggable_register(int device, ascm_device *d)
     void ascm_pool_reset_peaks(ascm_pool *p)
+    uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
+    int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align)
     void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx)
     enum:
         ASCM_OS_NORMAL
@@ -178,6 +180,7 @@ cdef class Device:
     cdef _unmap_chunks(self, list chunks)
     cdef uint64_t _os_take(self, int k, uint64_t size, int *got)
     cdef _trim_all(self)
+    cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)
 

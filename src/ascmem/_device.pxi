@@ -403,7 +403,9 @@ cdef class Device:
         cdef int kind, events
         cdef uint32_t pol = _policy(policy)
         if stream is not None and stream in self._pending:
-            self._release(self._pending[stream], stream, 0)
+            addr = self._reuse(stream, n, pol, ASCM_SIZE_MALLOC)
+            if addr:
+                return addr
         cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, pol, ASCM_SIZE_MALLOC,
                                          &addr, &kind, &events)
         if self._debug and st == ASCM_OK:
@@ -420,7 +422,9 @@ cdef class Device:
         cdef int kind, events
         cdef uint32_t pol = _policy(policy)
         if stream is not None and stream in self._pending:
-            self._release(self._pending[stream], stream, 0)
+            addr = self._reuse(stream, n, pol, ASCM_SIZE_ALIGN32)
+            if addr:
+                return addr
         cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, pol, ASCM_SIZE_ALIGN32,
                                          &addr, &kind, &events)
         if self._debug and st == ASCM_OK:
@@ -449,7 +453,9 @@ cdef class Device:
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
         if stream is not None and stream in self._pending:
-            self._release(self._pending[stream], stream, 0)
+            addr = self._reuse(stream, n, 0, ASCM_SIZE_DVPP)
+            if addr:
+                return addr
         cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, 0,
                                          ASCM_SIZE_DVPP, &addr, &kind, &events)
         if self._debug and st == ASCM_OK:
@@ -510,7 +516,7 @@ cdef class Device:
                 self._check_guard(addr)
             return
         self._seq += 1
-        entry = [addr, mask, holders, self._seq, usable]
+        entry = [addr, mask, holders, self._seq, usable, k]
         self._pending_by_addr[addr] = entry
         self._pending_bytes += usable
         for s in holders:
@@ -534,6 +540,36 @@ cdef class Device:
             self._pending[stream] = keep
         else:
             self._pending.pop(stream, None)
+
+    cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0:
+        """Same-stream reuse: a block this stream freed, still waiting on it
+        alone, that a fresh request would get in the same size, is handed
+        back as it is -- it never becomes free, so no other stream can get it
+        while this stream's queued work may still use it.  0: none fits."""
+        cdef uint64_t rounded = (n + 31) // 32 * 32, align = 64
+        cdef ascm_pool *p
+        if mode != ASCM_SIZE_ALIGN32:
+            rounded += 32
+        if mode == ASCM_SIZE_DVPP:
+            kinds = (ASCM_KIND_DVPP,)
+            align = 128
+        else:
+            kinds = _kinds_for(policy, n)
+        if self._debug or not rounded:
+            return 0  # debug mode re-checks guard bytes at every real free
+        for e in self._pending[stream]:
+            if e[5] not in kinds or len(e[2]) != 1:
+                continue
+            p = ascm_device_pool_at(self._d, e[0], NULL)
+            if p is NULL or ascm_pool_relabel(p, e[0], rounded, align) != ASCM_OK:
+                continue
+            self._pending[stream].remove(e)
+            if not self._pending[stream]:
+                del self._pending[stream]
+            del self._pending_by_addr[e[0]]
+            self._pending_bytes -= e[4]
+            return e[0]
+        return 0
 
     def record_stream(self, ptr, stream):
         """Marks a live block as also used by stream: when freed, it waits for
@@ -983,6 +1019,24 @@ cdef class Device:
     def __repr__(self):
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
                 f"backend={self.backend}>")
+
+
+cdef tuple _kinds_for(uint32_t policy, uint64_t size):
+    """The kinds ascm_device_malloc may serve a policy from (device.c)."""
+    cdef uint32_t base = policy & 0xFF
+    if policy & ~(0xFF | 0x100 | 0x1000 | 0x100000) or base > 7:
+        if size >= (2 << 20):
+            return (ASCM_KIND_HUGE,)
+        return (ASCM_KIND_NORMAL,)
+    if base in (1, 4):
+        return (ASCM_KIND_HUGE,)
+    if base in (2, 5):
+        return (ASCM_KIND_NORMAL,)
+    if base in (6, 7):
+        return (ASCM_KIND_HUGE1G,)
+    if size > (1 << 20):
+        return (ASCM_KIND_HUGE, ASCM_KIND_NORMAL)
+    return (ASCM_KIND_NORMAL,)
 
 
 cdef uint32_t _policy(object policy) except? 0xFFFFFFFF:
