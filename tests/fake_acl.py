@@ -51,6 +51,45 @@ def make(capacity=None, fail=None):
     def malloc_align32(size, policy):
         return _alloc("rt.malloc_align32", size, policy)
 
+    # events: an event recorded on a stream completes when the test says the
+    # stream's work so far is done (finish) or the stream is synchronized
+    events = {}  # handle -> [stream, complete]
+    next_event = [1]
+
+    def create_event():
+        record("rt.create_event")
+        h = next_event[0]
+        next_event[0] += 1
+        events[h] = [None, False]
+        return h, ACL_SUCCESS
+
+    def record_event(event, stream):
+        record("rt.record_event", event, stream)
+        if event not in events:
+            return ACL_ERROR_INVALID_PARAM
+        events[event] = [stream, False]
+        return ACL_SUCCESS
+
+    def query_event_status(event):
+        record("rt.query_event_status", event)
+        if event not in events:
+            return 0, ACL_ERROR_INVALID_PARAM
+        return (1 if events[event][1] else 0), ACL_SUCCESS
+
+    def destroy_event(event):
+        record("rt.destroy_event", event)
+        return ACL_SUCCESS if events.pop(event, None) is not None else ACL_ERROR_INVALID_PARAM
+
+    def finish(stream):
+        for e in events.values():
+            if e[0] == stream:
+                e[1] = True
+
+    def synchronize_stream(stream):
+        record("rt.synchronize_stream", stream)
+        finish(stream)
+        return ACL_SUCCESS
+
     def get_mem_info(attr):
         record("rt.get_mem_info", attr)
         return 1 << 30, 1 << 31, ACL_SUCCESS
@@ -61,9 +100,11 @@ def make(capacity=None, fail=None):
             free=lambda ptr: _free("rt.free", ptr),
             malloc_host=lambda size: _alloc("rt.malloc_host", size),
             free_host=lambda ptr: _free("rt.free_host", ptr),
-            get_mem_info=get_mem_info),
+            get_mem_info=get_mem_info, create_event=create_event, record_event=record_event,
+            query_event_status=query_event_status, destroy_event=destroy_event,
+            synchronize_stream=synchronize_stream),
         media=types.SimpleNamespace(
             dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
-        calls=calls, live=live, capacity=capacity, fail=fail)
+        calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish)
     return mod

@@ -190,3 +190,33 @@ def test_injected_upstream_failures_under_threads_lose_nothing(code):
     assert upstream_bytes(acl) == 12 * MiB  # nothing leaked upstream
     dev.close()
     assert acl.live == {}
+
+
+# ---- the acl backend maps stream completion onto runtime events ----------------
+
+def test_acl_free_on_a_stream_waits_for_the_runtime_event():
+    acl = fake_acl.make()
+    dev = acl_device(acl, normal=64 * MiB)
+    a = dev.malloc(4 * MiB, NORMAL, stream="s1")
+    dev.free(a, stream="s1")
+    names = [c[0] for c in acl.calls]
+    assert names[-2:] == ["rt.create_event", "rt.record_event"] and acl.calls[-1][2] == "s1"
+    assert dev.process_events() == 0  # s1's queued work has not passed the free yet
+    assert dev.malloc(4 * MiB, NORMAL, stream="s2") != a
+    acl.finish("s1")  # the runtime reports the event complete
+    assert dev.process_events() == 1 and dev.pending_bytes() == 0
+    assert dev.malloc(4 * MiB, NORMAL, stream="s2") == a
+    assert acl.events == {}  # every event was destroyed
+
+
+def test_acl_allocation_that_would_fail_polls_the_events_first():
+    acl = fake_acl.make()
+    dev = acl_device(acl, normal=16 * MiB)
+    a = dev.malloc(12 * MiB, NORMAL, stream="s1")
+    dev.free(a, stream="s1")
+    acl.finish("s1")
+    assert dev.malloc(12 * MiB, NORMAL, stream="s2") == a  # no explicit call needed
+    dev.free(a, stream="s2")
+    dev.synchronize("s2")  # waits on the runtime, then frees
+    assert ("rt.synchronize_stream", "s2") in acl.calls and dev.pending_bytes() == 0
+    dev.check()

@@ -516,11 +516,50 @@ cdef class Device:
                 self._check_guard(addr)
             return
         self._seq += 1
-        entry = [addr, mask, holders, self._seq, usable, k]
+        entry = [addr, mask, holders, self._seq, usable, k, {}]
         self._pending_by_addr[addr] = entry
         self._pending_bytes += usable
         for s in holders:
             self._pending.setdefault(s, []).append(entry)
+            if self.backend == "acl":  # the runtime tells when the stream is past the free
+                ev = self._acl_event(s)
+                if ev:
+                    entry[6][s] = ev
+
+    def _acl_event(self, stream):
+        """acl backend: an event recorded on stream now (aclrtCreateEvent +
+        aclrtRecordEvent), or None if the runtime refused."""
+        rt = self._acl.rt
+        ev, ret = rt.create_event()
+        if ret != 0:
+            return None
+        if rt.record_event(ev, stream) != 0:
+            rt.destroy_event(ev)
+            return None
+        return ev
+
+    def process_events(self):
+        """acl backend: asks the runtime (aclrtQueryEventStatus) which streams
+        are past the frees that wait on them, and frees those blocks.  Done
+        on every allocation that would otherwise fail; call it to return
+        memory sooner.  Returns the number of blocks freed."""
+        if self.backend != "acl":
+            return 0
+        rt = self._acl.rt
+        done = []
+        for e in list(self._pending_by_addr.values()):
+            for s, ev in list(e[6].items()):
+                status, ret = rt.query_event_status(ev)
+                if ret == 0 and status == 1:  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+                    done.append((s, e))
+        before = len(self._pending_by_addr)
+        for s, e in done:
+            if s in self._pending and e in self._pending[s]:
+                self._pending[s].remove(e)
+                self._release([e], s, 0)
+                if not self._pending.get(s, True):
+                    del self._pending[s]
+        return before - len(self._pending_by_addr)
 
     cdef _release(self, list entries, object stream, uint64_t upto):
         """Stream `stream` is done with the entries (those up to sequence
@@ -532,14 +571,17 @@ cdef class Device:
                 keep.append(e)
                 continue
             e[2].discard(stream)
+            ev = e[6].pop(stream, None)
+            if ev is not None:
+                self._acl.rt.destroy_event(ev)
             if not e[2]:
                 del self._pending_by_addr[e[0]]
                 self._pending_bytes -= e[4]
                 ascm_device_free(self._d, e[0], e[1], &k)
         if keep:
             self._pending[stream] = keep
-        else:
-            self._pending.pop(stream, None)
+        elif entries is self._pending.get(stream):
+            del self._pending[stream]
 
     cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0:
         """Same-stream reuse: a block this stream freed, still waiting on it
@@ -566,6 +608,8 @@ cdef class Device:
             self._pending[stream].remove(e)
             if not self._pending[stream]:
                 del self._pending[stream]
+            for ev in e[6].values():
+                self._acl.rt.destroy_event(ev)
             del self._pending_by_addr[e[0]]
             self._pending_bytes -= e[4]
             return e[0]
@@ -585,6 +629,10 @@ cdef class Device:
         waiting on it become free."""
         streams = list(self._pending) if stream is None else [stream]
         for s in streams:
+            if self.backend == "acl":  # wait for the stream's queued work first
+                ret = self._acl.rt.synchronize_stream(s)
+                if ret != 0:
+                    raise AscmemError(f"acl.rt.synchronize_stream returned {ret}")
             if s in self._pending:
                 self._release(self._pending[s], s, 0)
 
@@ -618,7 +666,8 @@ cdef class Device:
         cdef int k
         cdef ascm_pool *p
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
-            # give back what is cached (empty slabs), then ask the user
+            # blocks whose streams are done, what is cached (empty slabs), then ask the user
+            self.process_events()
             self._trim_all()
             st = ascm_device_malloc(self._d, size, policy, mode, &addr, &kind, &events)
             if st != ASCM_OK and self._oom_callback is not None:
