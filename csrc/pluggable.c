@@ -10,10 +10,21 @@
  *   memory_fraction void(double, int)           base_alloc void*(void*, size_t*)
  *   record_stream / erase_stream void(void*, aclrtStream)
  *   reset_peak_status void(int)
+ *   get_device_stats  c10_npu::NPUCachingAllocator::DeviceStats(int)
+ *
+ * DeviceStats is a C++ aggregate of int64 counters returned by value; a C
+ * struct with the same members in the same order has the same layout and is
+ * returned the same way (through a hidden result pointer, on x86-64 and
+ * AArch64 alike), so C can provide it -- but only if the sizes agree exactly:
+ * writing a larger struct than the caller expects would overrun its stack.
+ * Two layouts are exported; see docs/EMBEDDING.md for how to tell which one
+ * a torch_npu build has.  The snapshot hook returns std::vector members and
+ * needs C++ built against the user's torch_npu; it is not exported.
  */
 #include "internal.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -105,6 +116,93 @@ EXPORT void ascmem_pluggable_record_stream(void *ptr, void *stream) {
 EXPORT void ascmem_pluggable_erase_stream(void *ptr, void *stream) {
     (void)ptr;
     (void)stream;
+}
+
+/* ---- get_device_stats ---------------------------------------------------- */
+
+typedef struct npu_stat { int64_t current, peak, allocated, freed; } npu_stat;
+enum { STAT_ALL = 0, STAT_SMALL = 1, STAT_LARGE = 2, STAT_TYPES = 3 };
+typedef npu_stat npu_stat_array[STAT_TYPES];
+
+/* The members every layout starts with, in order. */
+#define NPU_STATS_COMMON                                                              \
+    npu_stat_array allocation, segment, active, inactive_split;                      \
+    npu_stat_array allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes; \
+    npu_stat_array requested_bytes;                                                   \
+    int64_t num_alloc_retries, num_ooms;                                              \
+    npu_stat oversize_allocations, oversize_segments;
+
+/* torch_npu built for PyTorch 2.1-2.4: 952 bytes */
+typedef struct npu_device_stats {
+    NPU_STATS_COMMON
+    int64_t max_split_size;
+} npu_device_stats;
+
+/* later builds add three counters before max_split_size: 976 bytes */
+typedef struct npu_device_stats_ext {
+    NPU_STATS_COMMON
+    int64_t num_sync_all_streams, num_device_alloc, num_device_free;
+    int64_t max_split_size;
+} npu_device_stats_ext;
+
+_Static_assert(sizeof(npu_device_stats) == 952, "DeviceStats layout");
+_Static_assert(sizeof(npu_device_stats_ext) == 976, "DeviceStats layout (ext)");
+
+static void fill_stat(npu_stat *st, const ascm_stats *s, int bytes) {
+    st->current += (int64_t)(bytes ? s->used : s->live_count);
+    st->peak += (int64_t)(bytes ? s->peak_used : s->live_count);
+    st->allocated += (int64_t)(bytes ? 0 : s->alloc_count);
+    st->freed += (int64_t)(bytes ? 0 : s->free_count);
+}
+
+/* Device memory as torch sees it: HUGE (requests above 1 MiB under the
+ * default policy) is the large pool, NORMAL the small one; HUGE1G counts as
+ * large.  Bytes: "allocated" is what blocks occupy after rounding,
+ * "requested" what callers asked for, "reserved" what the chunks hold. */
+static void fill_common(npu_device_stats *out, int device) {
+    memset(out, 0, sizeof *out);
+    ascm_device *d = device_at(device);
+    out->max_split_size = INT64_MAX; /* every block may be split */
+    if (!d) return;
+    static const int kinds[] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL, ASCM_KIND_HUGE1G};
+    for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        int k = kinds[i];
+        if (!ascm_device_has_kind(d, k)) continue;
+        ascm_stats s;
+        ascm_device_kind_stats(d, k, &s);
+        for (int t = 0; t < STAT_TYPES; t++) {
+            if (t == STAT_SMALL && k != ASCM_KIND_NORMAL) continue;
+            if (t == STAT_LARGE && k == ASCM_KIND_NORMAL) continue;
+            fill_stat(&out->allocation[t], &s, 0);
+            fill_stat(&out->active[t], &s, 0);
+            fill_stat(&out->allocated_bytes[t], &s, 1);
+            fill_stat(&out->active_bytes[t], &s, 1);
+            out->requested_bytes[t].current += (int64_t)s.requested;
+            out->requested_bytes[t].peak += (int64_t)s.peak_requested;
+            out->reserved_bytes[t].current += (int64_t)s.capacity;
+            out->reserved_bytes[t].peak += (int64_t)s.capacity;
+            int64_t chunks = ascm_device_chunk_count(d, k);
+            out->segment[t].current += chunks;
+            out->segment[t].peak += chunks;
+        }
+        out->num_ooms += (int64_t)s.failed_count;
+    }
+}
+
+EXPORT npu_device_stats ascmem_pluggable_get_device_stats(int device) {
+    npu_device_stats out;
+    fill_common(&out, device);
+    return out;
+}
+
+EXPORT npu_device_stats_ext ascmem_pluggable_get_device_stats_ext(int device) {
+    npu_device_stats common;
+    fill_common(&common, device);
+    npu_device_stats_ext out;
+    memset(&out, 0, sizeof out);
+    memcpy(&out, &common, offsetof(npu_device_stats, max_split_size));
+    out.max_split_size = common.max_split_size;
+    return out;
 }
 
 EXPORT void ascmem_pluggable_reset_peak_status(int device) {

@@ -208,3 +208,89 @@ def test_get_include_has_the_headers():
     inc = ascmem.get_include()
     assert os.path.exists(os.path.join(inc, "ascmem.h"))
     assert os.path.exists(os.path.join(inc, "ascmem_capi.h"))
+
+
+# A C++ caller of the get_device_stats hook, as torch_npu calls it: through a
+# std::function returning the DeviceStats aggregate by value.  The struct is
+# declared here member by member as torch_npu declares it (its header is not
+# available here), in both sizes; the caller surrounds it with canaries so an
+# overrun would show.
+STATS_CALLER = r"""
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <new>
+struct Stat { int64_t current = 0, peak = 0, allocated = 0, freed = 0; };
+using StatArray = std::array<Stat, 3>;
+struct DeviceStats {
+    StatArray allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
+        active_bytes, inactive_split_bytes, requested_bytes;
+    int64_t num_alloc_retries = 0, num_ooms = 0;
+    Stat oversize_allocations, oversize_segments;
+    int64_t max_split_size = 0;
+};
+struct DeviceStatsExt {
+    StatArray allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
+        active_bytes, inactive_split_bytes, requested_bytes;
+    int64_t num_alloc_retries = 0, num_ooms = 0;
+    Stat oversize_allocations, oversize_segments;
+    int64_t num_sync_all_streams = 0, num_device_alloc = 0, num_device_free = 0;
+    int64_t max_split_size = 0;
+};
+template <class T> static int call(uint64_t fn_addr, int device, int64_t *out) {
+    struct { int64_t before[4]; T stats; int64_t after[4]; } frame;
+    for (auto &c : frame.before) c = 0x5A5A5A5A;
+    for (auto &c : frame.after) c = 0x5A5A5A5A;
+    std::function<T(int)> fn = reinterpret_cast<T (*)(int)>(fn_addr);
+    new (&frame.stats) T(fn(device));  // the result lands between the canaries
+    for (auto c : frame.before) if (c != 0x5A5A5A5A) return -1;
+    for (auto c : frame.after) if (c != 0x5A5A5A5A) return -1;
+    out[0] = frame.stats.allocation[0].current;
+    out[1] = frame.stats.allocation[0].allocated;
+    out[2] = frame.stats.allocated_bytes[0].current;
+    out[3] = frame.stats.allocated_bytes[1].current;   // small pool
+    out[4] = frame.stats.allocated_bytes[2].current;   // large pool
+    out[5] = frame.stats.reserved_bytes[0].current;
+    out[6] = frame.stats.requested_bytes[0].current;
+    out[7] = frame.stats.allocated_bytes[0].peak;
+    out[8] = frame.stats.max_split_size;
+    return (int)sizeof(T);
+}
+extern "C" int call_952(uint64_t f, int d, int64_t *o) { return call<DeviceStats>(f, d, o); }
+extern "C" int call_976(uint64_t f, int d, int64_t *o) { return call<DeviceStatsExt>(f, d, o); }
+"""
+
+
+def test_get_device_stats_hook_called_the_way_torch_npu_calls_it(tmp_path):
+    import ctypes
+    import shutil
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "caller.cpp"
+    src.write_text(STATS_CALLER)
+    lib_path = tmp_path / "libcaller.so"
+    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(lib_path), str(src)],
+                   check=True)
+    caller = ctypes.CDLL(str(lib_path))
+    d = ascmem.Device("atlas-training", device_id=5)
+    pl.configure(d)
+    small = d.malloc(1000)          # NORMAL: torch's small pool
+    big = d.malloc(8 << 20)         # HUGE: the large pool
+    lib = ctypes.CDLL(pl.library_path())
+    out = (ctypes.c_int64 * 9)()
+    s = d.stats()
+    for layout, name in pl.STATS_LAYOUTS.items():
+        fn = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        size = getattr(caller, f"call_{layout}")(ctypes.c_uint64(fn), 5, out)
+        assert size == int(layout)  # the right struct, and no canary touched
+        assert out[0] == 2 and out[1] == 2
+        assert out[3] == s["normal"]["used"] and out[4] == s["huge"]["used"]
+        assert out[2] == out[3] + out[4]
+        assert out[5] == s["normal"]["capacity"] + s["huge"]["capacity"]
+        assert out[6] == s["normal"]["requested"] + s["huge"]["requested"]
+        assert out[7] >= out[2] and out[8] == 2**63 - 1
+    d.free(small)
+    d.free(big)
+    pl.unconfigure(5)

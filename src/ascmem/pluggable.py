@@ -26,10 +26,19 @@ HOOKS = {
     "set_record_stream_fn": "ascmem_pluggable_record_stream",
     "set_erase_stream_fn": "ascmem_pluggable_erase_stream",
     "set_reset_peak_status_fn": "ascmem_pluggable_reset_peak_status",
+    "set_get_device_stats_fn": "ascmem_pluggable_get_device_stats",
 }
-# Not exported: torch_npu's get_device_stats and snapshot hooks return C++
-# objects (DeviceStats, SnapshotInfo with std::vector members) whose layout
-# changes between torch_npu releases; a C library cannot build them safely.
+# get_device_stats returns torch_npu's DeviceStats by value, whose size
+# depends on the release: 952 bytes (builds for PyTorch 2.1-2.4, the default
+# here) or 976 (later ones, which add num_sync_all_streams, num_device_alloc
+# and num_device_free).  Pick with set_hooks(..., stats_layout=...): the
+# smaller one is safe on both (the three newer counters then read wrong),
+# the larger one on a 952-byte build would write past the caller's struct.
+STATS_LAYOUTS = {"952": "ascmem_pluggable_get_device_stats",
+                 "976": "ascmem_pluggable_get_device_stats_ext"}
+# Not exported: the snapshot hook returns SnapshotInfo, with std::vector
+# members, which only C++ built against the user's torch_npu can make; use
+# Device.snapshot() or `ascmem snapshot` (PyTorch's snapshot format) instead.
 
 _configured = {}
 
@@ -73,9 +82,17 @@ def functions():
     return out
 
 
-def set_hooks(allocator):
+def set_hooks(allocator, stats_layout="952"):
     """Hands every exported hook to a torch_npu NPUPluggableAllocator's
-    allocator() object (its set_*_fn methods take function addresses)."""
+    allocator() object (its set_*_fn methods take function addresses).
+    stats_layout: the size of DeviceStats in that torch_npu build (see
+    STATS_LAYOUTS); a build whose allocator has no set_get_device_stats_fn
+    simply does not get that hook."""
+    if stats_layout not in STATS_LAYOUTS:
+        raise ValueError(f"stats_layout must be one of {sorted(STATS_LAYOUTS)}")
     lib = ctypes.CDLL(library_path())
-    for setter, name in HOOKS.items():
+    hooks = dict(HOOKS, set_get_device_stats_fn=STATS_LAYOUTS[stats_layout])
+    for setter, name in hooks.items():
+        if setter == "set_get_device_stats_fn" and not hasattr(allocator, setter):
+            continue
         getattr(allocator, setter)(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
