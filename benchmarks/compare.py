@@ -1,8 +1,12 @@
 """The comparison benchmark: ascmem against its peers, in one run.
 Same as `ascmem bench`; see src/ascmem/bench.py."""
+import os
 import sys
 
-from ascmem.bench import main
+# numpy's OpenBLAS threads spin after use and take a core from a 2-core host
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from ascmem.bench import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

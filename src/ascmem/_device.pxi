@@ -272,8 +272,8 @@ cdef class Device:
             room = self._max[k] - self._taken[k]
             if room < need:
                 self._upstream_error = (f"the {MemKind(k).name} pool is at its maximum: "
-                                        f"{_fmt_bytes(self._taken[k])} of "
-                                        f"{_fmt_bytes(self._max[k])} taken from the upstream")
+                                        f"growing by {_fmt_bytes(need)} would pass "
+                                        f"{_fmt_bytes(self._max[k])}, and no chunk is idle")
                 return False
             chunk = min(want, room)
             addr, err = self._upstream_take(k, chunk)
