@@ -205,6 +205,47 @@ EXPORT npu_device_stats_ext ascmem_pluggable_get_device_stats_ext(int device) {
     return out;
 }
 
+/* ---- what a snapshot needs --------------------------------------------------
+ * The snapshot hook must return torch_npu's SnapshotInfo (std::vector
+ * members), which only C++ built against the user's torch_npu can make: the
+ * shim installed as ascmem/include/ascmem_npu_snapshot.cpp does, from this
+ * walk.  For each chunk of device memory (HUGE, NORMAL, HUGE1G): segment()
+ * once, then block() for each live block and each free span of the chunk's
+ * large-block path (free slots inside slabs are not listed). */
+typedef void (*ascmem_segment_fn)(void *ctx, int kind, uint64_t base, uint64_t size);
+typedef void (*ascmem_walk_block_fn)(void *ctx, uint64_t addr, uint64_t size, uint64_t requested,
+                                     int allocated);
+
+typedef struct walk_ctx {
+    ascmem_walk_block_fn block;
+    void *ctx;
+    int allocated;
+} walk_ctx;
+
+static void walk_one(void *vctx, uint64_t addr, uint64_t usable, uint64_t requested) {
+    walk_ctx *w = vctx;
+    w->block(w->ctx, addr, usable, requested, w->allocated);
+}
+
+EXPORT int ascmem_pluggable_walk(int device, ascmem_segment_fn segment, ascmem_walk_block_fn block,
+                                 void *ctx) {
+    ascm_device *d = device_at(device);
+    if (!d) return ASCM_ERR_INVAL;
+    static const int kinds[] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL, ASCM_KIND_HUGE1G};
+    for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        for (int c = 0; c < ascm_device_chunk_count(d, kinds[i]); c++) {
+            uint64_t base, size;
+            ascm_pool *p = ascm_device_chunk(d, kinds[i], c, &base, &size);
+            if (!p) continue;
+            segment(ctx, kinds[i], base, size);
+            walk_ctx w = {block, ctx, 1};
+            ascm_pool_walk(p, walk_one, &w);
+            w.allocated = 0;
+            ascm_pool_walk_free(p, walk_one, &w);
+        }
+    return ASCM_OK;
+}
+
 EXPORT void ascmem_pluggable_reset_peak_status(int device) {
     ascm_device *d = device_at(device);
     if (d) ascm_device_reset_peaks(d);

@@ -294,3 +294,69 @@ def test_get_device_stats_hook_called_the_way_torch_npu_calls_it(tmp_path):
     d.free(small)
     d.free(big)
     pl.unconfigure(5)
+
+
+# Calls the snapshot hook as torch_npu does (a SnapshotInfo() function
+# pointer) and flattens the result into int64s for the test.
+SNAPSHOT_CALLER = r"""
+#include <cstdint>
+#include <functional>
+#include "npu_snapshot_types.h"
+using namespace c10_npu::NPUCachingAllocator;
+extern "C" int flatten(uint64_t fn_addr, int64_t *out, int cap) {
+    std::function<SnapshotInfo()> fn = reinterpret_cast<SnapshotInfo (*)()>(fn_addr);
+    SnapshotInfo info = fn();
+    int n = 0;
+    auto put = [&](int64_t v) { if (n < cap) out[n] = v; n++; };
+    put((int64_t)info.segments.size());
+    for (const auto &s : info.segments) {
+        put(s.device); put((int64_t)s.address); put(s.total_size); put(s.allocated_size);
+        put(s.requested_size); put(s.is_large); put((int64_t)s.blocks.size());
+        for (const auto &b : s.blocks) { put(b.size); put(b.requested_size); put(b.allocated); }
+    }
+    return n;
+}
+"""
+
+
+def test_snapshot_hook_built_against_torch_npu_types(tmp_path):
+    import ctypes
+    import shutil
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("no C++ compiler")
+    standin = os.path.join(os.path.dirname(__file__), "torch_npu_standin")
+    shim = pl.build_snapshot_shim(tmp_path / "libshim.so", include_dirs=[standin],
+                                  header="npu_snapshot_types.h")
+    src = tmp_path / "caller.cpp"
+    src.write_text(SNAPSHOT_CALLER)
+    caller_path = tmp_path / "libcaller.so"
+    subprocess.run([shutil.which("c++") or shutil.which("g++"), "-O1", "-std=c++17", "-shared",
+                    "-fPIC", f"-I{standin}", "-o", str(caller_path), str(src)], check=True)
+    caller = ctypes.CDLL(str(caller_path))
+    d = ascmem.Device("atlas-training", device_id=6, memory=256 << 20)
+    pl.configure(d)
+    live = [d.malloc(n) for n in (100, 5000, 3 << 20, 40 << 20)]
+    d.free(live.pop(1))
+    fn = pl.load_snapshot_shim(shim)
+    out = (ctypes.c_int64 * 4096)()
+    n = caller.flatten(ctypes.c_uint64(fn), out, 4096)
+    vals = list(out[:n])
+    nseg, i, segs = vals[0], 1, []
+    for _ in range(nseg):
+        dev, addr, total, allocated, requested, large, nblocks = vals[i:i + 7]
+        blocks = [tuple(vals[i + 7 + 3 * j:i + 10 + 3 * j]) for j in range(nblocks)]
+        i += 7 + 3 * nblocks
+        segs.append((dev, addr, total, allocated, requested, large, blocks))
+    ours = [s for s in segs if s[0] == 6]
+    assert len(ours) == 2  # the HUGE and NORMAL chunks of device 6
+    snap = d.snapshot()
+    for dev, addr, total, allocated, requested, large, blocks in ours:
+        assert sum(b[0] for b in blocks) == total  # blocks cover the segment
+        inside = [b for b in snap if addr <= b["address"] < addr + total]
+        assert allocated == sum(b["size"] for b in inside)
+        assert requested == sum(b["requested"] for b in inside)
+        assert sorted(b[0] for b in blocks if b[2]) == sorted(b["size"] for b in inside)
+    assert {s[5] for s in ours} == {0, 1}  # NORMAL is the small pool, HUGE the large
+    for p in live:
+        d.free(p)
+    pl.unconfigure(6)

@@ -13,7 +13,11 @@ are exercised through ctypes (tests/test_embedding.py), not through torch_npu.
 """
 
 import ctypes
+import os
+import shutil
+import subprocess
 
+import ascmem
 from ascmem import _core
 
 ALLOC = "ascmem_pluggable_alloc"
@@ -36,9 +40,11 @@ HOOKS = {
 # the larger one on a 952-byte build would write past the caller's struct.
 STATS_LAYOUTS = {"952": "ascmem_pluggable_get_device_stats",
                  "976": "ascmem_pluggable_get_device_stats_ext"}
-# Not exported: the snapshot hook returns SnapshotInfo, with std::vector
-# members, which only C++ built against the user's torch_npu can make; use
-# Device.snapshot() or `ascmem snapshot` (PyTorch's snapshot format) instead.
+# The snapshot hook returns SnapshotInfo, with std::vector members, which
+# only C++ built against the user's torch_npu can make: a small C++ shim
+# (snapshot_shim_source()) is compiled against it (build_snapshot_shim()) and
+# handed over with set_hooks(..., snapshot_shim=path).
+WALK = "ascmem_pluggable_walk"
 
 _configured = {}
 
@@ -82,12 +88,13 @@ def functions():
     return out
 
 
-def set_hooks(allocator, stats_layout="952"):
+def set_hooks(allocator, stats_layout="952", snapshot_shim=None):
     """Hands every exported hook to a torch_npu NPUPluggableAllocator's
     allocator() object (its set_*_fn methods take function addresses).
     stats_layout: the size of DeviceStats in that torch_npu build (see
-    STATS_LAYOUTS); a build whose allocator has no set_get_device_stats_fn
-    simply does not get that hook."""
+    STATS_LAYOUTS); snapshot_shim: a library built by build_snapshot_shim(),
+    for the snapshot hook.  Hooks the allocator has no setter for (older
+    torch_npu) are skipped."""
     if stats_layout not in STATS_LAYOUTS:
         raise ValueError(f"stats_layout must be one of {sorted(STATS_LAYOUTS)}")
     lib = ctypes.CDLL(library_path())
@@ -96,3 +103,52 @@ def set_hooks(allocator, stats_layout="952"):
         if setter == "set_get_device_stats_fn" and not hasattr(allocator, setter):
             continue
         getattr(allocator, setter)(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    if snapshot_shim is not None and hasattr(allocator, "set_snapshot_fn"):
+        allocator.set_snapshot_fn(load_snapshot_shim(snapshot_shim))
+
+
+def snapshot_shim_source():
+    """Path of the C++ source of the snapshot hook (ascmem_npu_snapshot.cpp)."""
+    inc = ascmem.get_include()
+    for path in (os.path.join(inc, "ascmem_npu_snapshot.cpp"),
+                 os.path.join(inc, "torch_npu", "ascmem_npu_snapshot.cpp")):
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError("ascmem_npu_snapshot.cpp is not installed with ascmem")
+
+
+def build_snapshot_shim(output, include_dirs=None, header=None, cxx=None):
+    """Compiles the snapshot hook into a shared library at output.
+    include_dirs: torch's and torch_npu's include directories (by default
+    taken from torch.utils.cpp_extension and the installed torch_npu);
+    header: another header declaring c10_npu::NPUCachingAllocator's
+    SnapshotInfo, SegmentInfo and BlockInfo (tests use a stand-in)."""
+    cxx = cxx or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        raise RuntimeError("no C++ compiler found")
+    if include_dirs is None:
+        from torch.utils import cpp_extension  # only where torch is installed
+        import torch_npu
+        include_dirs = list(cpp_extension.include_paths()) + [
+            os.path.join(os.path.dirname(torch_npu.__file__), "include")]
+    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", os.fspath(output),
+           snapshot_shim_source()] + [f"-I{d}" for d in include_dirs]
+    if header:
+        cmd.append(f'-DASCMEM_NPU_HEADER="{header}"')
+    subprocess.run(cmd, check=True)
+    return os.fspath(output)
+
+
+def load_snapshot_shim(path):
+    """Loads a built shim, points it at ascmem's devices, and returns the
+    address of its snapshot function (for set_snapshot_fn)."""
+    shim = ctypes.CDLL(os.fspath(path))
+    shim.ascmem_npu_snapshot_bind.argtypes = [ctypes.c_uint64]
+    shim.ascmem_npu_snapshot_fn.restype = ctypes.c_uint64
+    walk = ctypes.cast(getattr(ctypes.CDLL(library_path()), WALK), ctypes.c_void_p).value
+    shim.ascmem_npu_snapshot_bind(walk)
+    _shims.append(shim)  # keeps it loaded
+    return shim.ascmem_npu_snapshot_fn()
+
+
+_shims = []
