@@ -49,7 +49,7 @@ static void place(ascm_addrmap *m, ascm_map_entry e) {
     m->slots[i] = e;
 }
 
-int ascm_map_reserve(ascm_addrmap *m, uint32_t more) {
+int ascm_map_grow(ascm_addrmap *m, uint32_t more) {
     uint64_t slots = (uint64_t)m->mask + 1, need = (uint64_t)m->count + more;
     if (need * 2 <= slots) return ASCM_OK;
     while (need * 2 > slots) slots *= 2;

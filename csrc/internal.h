@@ -131,8 +131,12 @@ typedef struct ascm_addrmap {
 int ascm_map_init(ascm_addrmap *m);
 void ascm_map_destroy(ascm_addrmap *m);
 void ascm_map_clear(ascm_addrmap *m);
+int ascm_map_grow(ascm_addrmap *m, uint32_t more);
 /* Makes room for `more` puts, so that they cannot fail. */
-int ascm_map_reserve(ascm_addrmap *m, uint32_t more);
+static inline int ascm_map_reserve(ascm_addrmap *m, uint32_t more) {
+    if (((uint64_t)m->count + more) * 2 <= (uint64_t)m->mask + 1) return ASCM_OK;
+    return ascm_map_grow(m, more);
+}
 void ascm_map_put(ascm_addrmap *m, uint32_t key, uint32_t value); /* key absent, room reserved */
 uint32_t ascm_map_take(ascm_addrmap *m, uint32_t key);            /* removes; 0 if absent */
 uint64_t ascm_map_bytes(const ascm_addrmap *m);
