@@ -12,11 +12,16 @@
  * than any in the request's bin.  Scans stop after ASCM_FIT_SCAN nodes: each
  * node looked at is a likely cache miss, and with bins this fine four are as
  * good as sixty-four on every trace we have (efficiency unchanged to four
- * digits), while taking just the head of a bin is not (pipeline trace 0.81 ->
- * 0.73: among equal sizes the lowest address matters).
+ * digits), while taking just the head of a bin is not (pipeline trace 0.85 ->
+ * 0.81: among equal sizes the lowest address matters).
  *
- * Slabs are placed from the high end of a free block and large blocks from
- * the low end, so long-lived slabs cluster away from the large blocks' churn.
+ * Large blocks are placed at the low end of the chosen free block.  Slabs
+ * ("high" requests) go to the high end of a large free region, so long-lived
+ * slabs cluster away from the large blocks' churn, but fill a smaller hole
+ * (under HIGH_REGION times the slab) from its low end like any block.  On the
+ * recorded pipeline trace that took efficiency from 0.810 (always high) or
+ * 0.818 (always low) to 0.848, and every other trace stays the same or gains;
+ * any ratio from 24 to 128 gives the same figures.
  *
  * Every block (free or used) is a node; nodes are linked in address order,
  * so a freed block merges with free neighbours in O(1).
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 
 #define INITIAL_NODES 256u
+#define HIGH_REGION 64u /* see above: a "high" request in a smaller block goes low */
 
 #define SUB ASCM_FIT_SUB_BITS
 static inline uint32_t bin_of(uint64_t len) {
@@ -164,6 +170,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
     }
     bin_remove(f, x);
     ascm_fit_node *blk = &f->nodes[x];
+    if (high && blk->len < n * HIGH_REGION) high = 0;
     uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
                           : (blk->off + align_units - 1) & ~(align_units - 1);
     if (start > blk->off) { /* the part before start stays free */

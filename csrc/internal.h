@@ -185,7 +185,8 @@ int ascm_fit_init(ascm_fit *f, uint64_t nunits);
 void ascm_fit_destroy(ascm_fit *f);
 void ascm_fit_reset(ascm_fit *f);
 /* Takes n units starting at a multiple of align_units, from the low end of
- * the best-fitting free block (the high end when high); returns the node. */
+ * the best-fitting free block (with high, from its high end if the block is
+ * a large free region: see fit.c); returns the node. */
 int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *node);
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
