@@ -220,3 +220,71 @@ def test_acl_allocation_that_would_fail_polls_the_events_first():
     dev.synchronize("s2")  # waits on the runtime, then frees
     assert ("rt.synchronize_stream", "s2") in acl.calls and dev.pending_bytes() == 0
     dev.check()
+
+
+# ---- a state machine: a growing acl pool with a flaky runtime --------------------
+
+import hypothesis.strategies as st  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+
+class GrowingPoolMachine(RuleBasedStateMachine):
+    """Random mallocs (some larger than any chunk), frees, empty_cache and
+    runtime refusals; after every step the device's chunks are exactly what
+    the runtime handed out, no block overlaps another, and check() passes."""
+
+    def __init__(self):
+        super().__init__()
+        self.acl = fake_acl.make(capacity=72 * MiB)
+        self.dev = acl_device(self.acl, normal=(4 * MiB, 48 * MiB))
+        self.refuse = False
+        self.acl.fail = lambda name, size: (fake_acl.ACL_ERROR_RT_MEMORY_ALLOCATION
+                                           if self.refuse else 0)
+        self.live = {}
+
+    @rule(size=st.one_of(st.integers(1, 4096), st.integers(4097, 3 * MiB),
+                         st.integers(3 * MiB, 40 * MiB)))
+    def malloc(self, size):
+        try:
+            p = self.dev.malloc(size, NORMAL)
+        except OutOfMemoryError:
+            return
+        n = self.dev.usable_size(p)
+        for q, m in self.live.items():
+            assert p + n <= q or q + m <= p, "overlap"
+        self.live[p] = n
+
+    @rule(data=st.data())
+    def free(self, data):
+        if self.live:
+            p = data.draw(st.sampled_from(sorted(self.live)))
+            self.dev.free(p)
+            del self.live[p]
+
+    @rule()
+    def empty_cache(self):
+        self.dev.empty_cache()
+
+    @rule(on=st.booleans())
+    def runtime_refuses(self, on):
+        self.refuse = on
+
+    @invariant()
+    def chunks_are_what_the_runtime_handed_out(self):
+        self.dev.check()
+        chunks = self.dev.chunks(MemKind.NORMAL)
+        assert sum(size for _, size in chunks) <= 48 * MiB
+        assert upstream_bytes(self.acl) == sum(size for _, size in chunks) + 12 * MiB
+        for p, n in self.live.items():
+            assert any(b <= p and p + n <= b + s for b, s in chunks)
+
+    def teardown(self):
+        for p in list(self.live):
+            self.dev.free(p)
+        self.dev.close()
+        assert self.acl.live == {}
+
+
+TestGrowingPool = GrowingPoolMachine.TestCase
+TestGrowingPool.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
