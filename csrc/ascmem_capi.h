@@ -18,7 +18,9 @@
 
 #include "ascmem.h"
 
-#define ASCM_CAPI_VERSION 1
+/* 2: ascm_pool_config gained single_threaded, so pool_create reads a larger
+ * struct; extensions built against 1 are refused at import, not misread. */
+#define ASCM_CAPI_VERSION 2
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
 typedef struct ascm_capi {
