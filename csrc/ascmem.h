@@ -180,6 +180,15 @@ typedef struct ascm_device ascm_device;
 
 int ascm_device_create(const ascm_device_config *cfg, ascm_device **out);
 void ascm_device_destroy(ascm_device *d);
+/* How ascm_device_malloc serves a request: its size after the CANN rounding,
+ * its alignment, and the kinds it tries in order. */
+typedef struct ascm_route {
+    uint64_t rounded, align;
+    int kinds[2], nkinds;
+    int reserve_event; /* a huge-page failure means the reserve is used up */
+} ascm_route;
+/* ASCM_OK, or the status the request fails with before any pool is asked. */
+int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode, ascm_route *r);
 /* mode: ASCM_SIZE_*; policy: aclrtMemMallocPolicy (ignored for DVPP/HOST). */
 int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                        int *kind, int *events);

@@ -220,70 +220,96 @@ static int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uin
     }
 }
 
-int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
-                       int *kind, int *events) {
-    *events = 0;
+int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                      ascm_route *r) {
     if (size == 0) return ASCM_ERR_INVAL;
     if (size > (1ull << 62)) return ASCM_ERR_NOMEM; /* no device has this much; rounding would wrap */
-    uint64_t rounded = (size + 31) & ~31ull, align = 64;
-    if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) rounded += 32;
-    else if (mode == ASCM_SIZE_HOST) rounded = size;
+    r->rounded = (size + 31) & ~31ull;
+    r->align = 64;
+    r->nkinds = 1;
+    r->reserve_event = 0;
+    if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) r->rounded += 32;
     if (mode == ASCM_SIZE_DVPP) {
-        *kind = ASCM_KIND_DVPP;
-        int st = try_kind(d, ASCM_KIND_DVPP, rounded, 128, addr);
-        if (st == ASCM_OK) {
-            ascm_stats s;
-            ascm_device_kind_stats(d, ASCM_KIND_DVPP, &s);
-            if (s.used * 10 > s.capacity * 9) *events |= ASCM_EVENT_MEDIA_90;
-        }
-        return st;
+        r->kinds[0] = ASCM_KIND_DVPP;
+        r->align = 128;
+        return ASCM_OK;
     }
     if (mode == ASCM_SIZE_HOST) {
-        *kind = ASCM_KIND_HOST;
-        return try_kind(d, ASCM_KIND_HOST, rounded, 64, addr);
+        r->kinds[0] = ASCM_KIND_HOST;
+        r->rounded = size;
+        return ASCM_OK;
     }
     uint32_t base = POLICY_BASE(policy);
     if (policy & ~(0xFFu | POLICY_KNOWN_FLAGS) || base > HUGE1G_ONLY_P2P) {
         /* out of aclrtMemMallocPolicy's range: CANN takes huge pages from 2 MB
          * up and normal pages below (aclrtMalloc, "policy") */
-        *kind = size >= 2 * MIB ? ASCM_KIND_HUGE : ASCM_KIND_NORMAL;
-        return try_kind(d, *kind, rounded, align, addr);
+        r->kinds[0] = size >= 2 * MIB ? ASCM_KIND_HUGE : ASCM_KIND_NORMAL;
+        return ASCM_OK;
     }
     if (base >= HUGE_FIRST_P2P && base != HUGE1G_ONLY && !d->p2p) return ASCM_ERR_UNSUPPORTED;
     switch (base) {
     case HUGE1G_ONLY:
     case HUGE1G_ONLY_P2P:
         if (!table_of(d, ASCM_KIND_HUGE1G)) return ASCM_ERR_UNSUPPORTED;
-        *kind = ASCM_KIND_HUGE1G;
-        /* 1 GiB pages: CANN rounds to 32 bytes without the extra 32 */
-        return try_kind(d, ASCM_KIND_HUGE1G, (size + 31) & ~31ull, align, addr);
+        r->kinds[0] = ASCM_KIND_HUGE1G;
+        r->rounded = (size + 31) & ~31ull; /* 1 GiB pages: CANN rounds without the extra 32 */
+        return ASCM_OK;
     case HUGE_ONLY:
-    case HUGE_ONLY_P2P: {
-        *kind = ASCM_KIND_HUGE;
-        int st = try_kind(d, ASCM_KIND_HUGE, rounded, align, addr);
-        if ((st == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) && !d->b.huge_grows)
-            *events |= ASCM_EVENT_RESERVE_FULL;
-        return st;
-    }
+    case HUGE_ONLY_P2P:
+        r->kinds[0] = ASCM_KIND_HUGE;
+        r->reserve_event = 1;
+        return ASCM_OK;
     case NORMAL_ONLY:
     case NORMAL_ONLY_P2P:
-        *kind = ASCM_KIND_NORMAL;
-        return try_kind(d, ASCM_KIND_NORMAL, rounded, align, addr);
-    default: { /* HUGE_FIRST, HUGE_FIRST_P2P, bandwidth flags alone */
+        r->kinds[0] = ASCM_KIND_NORMAL;
+        return ASCM_OK;
+    default: /* HUGE_FIRST, HUGE_FIRST_P2P, bandwidth flags alone */
         if (size > MIB) {
-            *kind = ASCM_KIND_HUGE;
-            int st = try_kind(d, ASCM_KIND_HUGE, rounded, align, addr);
-            if (st == ASCM_OK) return st;
-            if ((st == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) && !d->b.huge_grows)
-                *events |= ASCM_EVENT_RESERVE_FULL;
-            *events |= ASCM_EVENT_HUGE_FALLBACK;
+            r->kinds[0] = ASCM_KIND_HUGE;
+            r->kinds[1] = ASCM_KIND_NORMAL;
+            r->nkinds = 2;
+            r->reserve_event = 1;
+        } else {
+            r->kinds[0] = ASCM_KIND_NORMAL;
         }
-        *kind = ASCM_KIND_NORMAL;
-        int st = try_kind(d, ASCM_KIND_NORMAL, rounded, align, addr);
-        if (st != ASCM_OK) *events &= ~ASCM_EVENT_HUGE_FALLBACK;
-        return st;
+        return ASCM_OK;
     }
+}
+
+/* The media window past 90%: bytes in use over the kind's chunks, each read
+ * under its pool's lock (no full statistics on the allocation path). */
+static int media_over_90(ascm_device *d) {
+    chunk_table *t = table_of(d, ASCM_KIND_DVPP);
+    uint64_t used = 0, capacity = 0;
+    for (uint32_t i = 0; t && i < t->n; i++) {
+        ascm_pool *p = t->c[i].pool;
+        ascm_pool_lock(p);
+        used += p->used;
+        ascm_pool_unlock(p);
+        capacity += t->c[i].size;
     }
+    return used * 10 > capacity * 9;
+}
+
+int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                       int *kind, int *events) {
+    *events = 0;
+    *kind = -1;
+    ascm_route r;
+    int st = ascm_device_route(d, size, policy, mode, &r);
+    if (st != ASCM_OK) return st;
+    *kind = r.kinds[0];
+    st = try_kind(d, r.kinds[0], r.rounded, r.align, addr);
+    if (st != ASCM_OK && r.reserve_event && (st == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) &&
+        !d->b.huge_grows)
+        *events |= ASCM_EVENT_RESERVE_FULL;
+    if (st != ASCM_OK && r.nkinds > 1) { /* HUGE_FIRST: normal pages when huge ones ran out */
+        *kind = r.kinds[1];
+        st = try_kind(d, r.kinds[1], r.rounded, r.align, addr);
+        if (st == ASCM_OK) *events |= ASCM_EVENT_HUGE_FALLBACK;
+    }
+    if (st == ASCM_OK && *kind == ASCM_KIND_DVPP && media_over_90(d)) *events |= ASCM_EVENT_MEDIA_90;
+    return st;
 }
 
 ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind) {

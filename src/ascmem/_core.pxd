@@ -89,6 +89,13 @@ cdef extern from "ascmem.h" nogil:
                                  uint64_t generation) noexcept
     int ascm_device_create(const ascm_device_config *cfg, ascm_device **out)
     void ascm_device_destroy(ascm_device *d)
+    ctypedef struct ascm_route:
+        uint64_t rounded, align
+        int kinds[2]
+        int nkinds
+        int reserve_event
+    int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                          ascm_route *r)
     int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                            uint64_t *addr, int *kind, int *events)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)

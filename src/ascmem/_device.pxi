@@ -588,22 +588,16 @@ cdef class Device:
         alone, that a fresh request would get in the same size, is handed
         back as it is -- it never becomes free, so no other stream can get it
         while this stream's queued work may still use it.  0: none fits."""
-        cdef uint64_t rounded = (n + 31) // 32 * 32, align = 64
+        cdef ascm_route r
         cdef ascm_pool *p
-        if mode != ASCM_SIZE_ALIGN32:
-            rounded += 32
-        if mode == ASCM_SIZE_DVPP:
-            kinds = (ASCM_KIND_DVPP,)
-            align = 128
-        else:
-            kinds = _kinds_for(policy, n)
-        if self._debug or not rounded:
+        if self._debug or ascm_device_route(self._d, n, policy, mode, &r) != ASCM_OK:
             return 0  # debug mode re-checks guard bytes at every real free
+        kinds = tuple(r.kinds[i] for i in range(r.nkinds))
         for e in self._pending[stream]:
             if e[5] not in kinds or len(e[2]) != 1:
                 continue
             p = ascm_device_pool_at(self._d, e[0], NULL)
-            if p is NULL or ascm_pool_relabel(p, e[0], rounded, align) != ASCM_OK:
+            if p is NULL or ascm_pool_relabel(p, e[0], r.rounded, r.align) != ASCM_OK:
                 continue
             self._pending[stream].remove(e)
             if not self._pending[stream]:
@@ -1068,24 +1062,6 @@ cdef class Device:
     def __repr__(self):
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
                 f"backend={self.backend}>")
-
-
-cdef tuple _kinds_for(uint32_t policy, uint64_t size):
-    """The kinds ascm_device_malloc may serve a policy from (device.c)."""
-    cdef uint32_t base = policy & 0xFF
-    if policy & ~(0xFF | 0x100 | 0x1000 | 0x100000) or base > 7:
-        if size >= (2 << 20):
-            return (ASCM_KIND_HUGE,)
-        return (ASCM_KIND_NORMAL,)
-    if base in (1, 4):
-        return (ASCM_KIND_HUGE,)
-    if base in (2, 5):
-        return (ASCM_KIND_NORMAL,)
-    if base in (6, 7):
-        return (ASCM_KIND_HUGE1G,)
-    if size > (1 << 20):
-        return (ASCM_KIND_HUGE, ASCM_KIND_NORMAL)
-    return (ASCM_KIND_NORMAL,)
 
 
 cdef uint32_t _policy(object policy) except? 0xFFFFFFFF:
