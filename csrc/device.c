@@ -370,32 +370,34 @@ void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx) {
     ascm_lock_release(&d->chunks_lock);
 }
 
-static int bury(ascm_device *d, chunk_table *table, ascm_pool *pool) {
-    retired *r = malloc(sizeof *r);
-    if (!r) return ASCM_ERR_HOSTMEM;
+/* Keeps a replaced table or a retired pool until reset or destroy; r is
+ * allocated by the caller beforehand, so that burying cannot fail. */
+static void bury(ascm_device *d, retired *r, chunk_table *table, ascm_pool *pool) {
     r->table = table;
     r->pool = pool;
     r->next = d->graveyard;
     d->graveyard = r;
-    return ASCM_OK;
 }
 
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size) {
     if (kind < 0 || kind >= ASCM_KINDS || !size) return ASCM_ERR_INVAL;
     ascm_lock_acquire(&d->chunks_lock);
     chunk_table *t = table_of(d, kind), *fresh = NULL;
+    retired *grave = NULL;
     int st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
     for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
         if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
-    if (st == ASCM_OK && !(fresh = malloc(sizeof *fresh))) st = ASCM_ERR_HOSTMEM;
+    if (st == ASCM_OK && (!(fresh = malloc(sizeof *fresh)) || !(grave = malloc(sizeof *grave))))
+        st = ASCM_ERR_HOSTMEM;
     if (st == ASCM_OK) {
         *fresh = *t;
         st = new_pool(d, kind, base, size, &fresh->c[t->n].pool);
     }
-    if (st == ASCM_OK && (st = bury(d, t, NULL)) != ASCM_OK) ascm_pool_destroy(fresh->c[t->n].pool);
     if (st != ASCM_OK) {
         free(fresh);
+        free(grave);
     } else {
+        bury(d, grave, t, NULL);
         fresh->c[t->n].base = base;
         fresh->c[t->n].size = size;
         fresh->n = t->n + 1;
@@ -435,21 +437,13 @@ int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_
                 bases[*count] = t->c[i].base;
                 sizes[*count] = t->c[i].size;
                 ++*count;
-                retired *g = spare[--nspare];
-                g->table = NULL;
-                g->pool = p;
-                g->next = d->graveyard;
-                d->graveyard = g;
+                bury(d, spare[--nspare], NULL, p);
             } else {
                 fresh->c[fresh->n++] = t->c[i];
             }
         }
         fresh->generation = t->generation + 1;
-        retired *g = spare[--nspare];
-        g->table = t;
-        g->pool = NULL;
-        g->next = d->graveyard;
-        d->graveyard = g;
+        bury(d, spare[--nspare], t, NULL);
         atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
     } else {
         free(fresh);
