@@ -398,7 +398,8 @@ cdef class Device:
 
     def malloc(self, size, policy=0, stream=None):
         """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary.
-        With a stream, blocks that stream freed are reusable at once."""
+        With a stream, a block that stream alone freed, of the size this
+        request gets, is handed back at once."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
         cdef uint32_t pol = _policy(policy)
