@@ -252,6 +252,7 @@ struct ascm_pool {
     ascm_charge_fn charge;
     void *charge_ctx;
     ascm_fit fit;
+    uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused */
     uint32_t nslabs_cap, nslabs_used, slab_recycled;

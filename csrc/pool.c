@@ -5,6 +5,16 @@
  * one block) touches it.  Pages strictly inside a block can only be touched
  * by that block, so only a block's first and last pages need a reference
  * count; taking or giving a block costs O(1) whatever its size.
+ *
+ * The last large block freed is kept whole (last_freed): its pages and
+ * statistics are given back at once, but it stays out of the free bins until
+ * the next large request.  A request of exactly its size and alignment takes
+ * it back without touching the bins -- the common case of a loop that frees
+ * and reallocates the same shape, which otherwise pays a split and a merge
+ * (about half the instructions of a large pair).  Any other request, and
+ * anything that reads the free space (stats, walks, check, close), first gives
+ * it to best fit, so placement differs from plain best fit only when a block
+ * is reused in place.
  */
 #include "internal.h"
 
@@ -36,31 +46,67 @@ static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
     return dropped;
 }
 
+/* Charges the pages of a block the fit path has set aside; on a budget
+ * refusal nothing stays charged. */
+static int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
+    uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift;
+    uint64_t added = page_take(p, off, len);
+    if (added && p->charge && p->charge(p->charge_ctx, (int64_t)(added << p->pshift)) != 0) {
+        page_give(p, off, len);
+        return ASCM_ERR_BUDGET;
+    }
+    return ASCM_OK;
+}
+
+static void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
+    uint64_t dropped = page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift);
+    if (dropped && p->charge) p->charge(p->charge_ctx, -(int64_t)(dropped << p->pshift));
+}
+
+/* Hands the kept last freed block to best fit (its pages are already given). */
+static inline void flush_last_freed(ascm_pool *p) {
+    if (p->last_freed) {
+        ascm_fit_give(&p->fit, p->last_freed);
+        p->last_freed = ASCM_NODE_NONE;
+    }
+}
+
 /* Takes a block of the large-block path and charges its pages; the caller
  * registers it (blocks map for a large block, slabmap for a slab). */
 int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                          int high, uint32_t *node) {
+    flush_last_freed(p);
     uint64_t n = (bytes + p->gran - 1) >> p->gshift;
     uint64_t align_units = align > p->gran ? align >> p->gshift : 1;
     int st = ascm_fit_take(&p->fit, n, align_units, high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
-    uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift;
-    uint64_t added = page_take(p, off, len);
-    if (added && p->charge && p->charge(p->charge_ctx, (int64_t)(added << p->pshift)) != 0) {
-        page_give(p, off, len);
+    if (charge_block(p, blk) != ASCM_OK) {
         ascm_fit_give(&p->fit, *node);
         return ASCM_ERR_BUDGET;
     }
-    blk->slack = requested ? (uint32_t)(len - requested) : 0;
+    blk->slack = requested ? (uint32_t)((((uint64_t)blk->len) << p->gshift) - requested) : 0;
     return ASCM_OK;
 }
 
 void ascm_pool_give_block(ascm_pool *p, uint32_t node) {
-    ascm_fit_node *blk = &p->fit.nodes[node];
-    uint64_t dropped = page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift);
-    if (dropped && p->charge) p->charge(p->charge_ctx, -(int64_t)(dropped << p->pshift));
+    discharge_block(p, &p->fit.nodes[node]);
     ascm_fit_give(&p->fit, node);
+}
+
+/* The kept block, if it is exactly what a large request of size and align
+ * would get; charged and out of last_freed. */
+static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t align) {
+    uint32_t node = p->last_freed;
+    if (!node) return ASCM_NODE_NONE;
+    ascm_fit_node *blk = &p->fit.nodes[node];
+    uint64_t n = (size + p->gran - 1) >> p->gshift;
+    uint64_t align_units = align > p->gran ? align >> p->gshift : 1;
+    if (blk->len != n || (blk->off & (align_units - 1)) || charge_block(p, blk) != ASCM_OK)
+        return ASCM_NODE_NONE;
+    p->last_freed = ASCM_NODE_NONE;
+    blk->slack = (uint32_t)((n << p->gshift) - size);
+    return node;
 }
 
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
@@ -135,9 +181,9 @@ static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *a
         }
         /* no room for a whole slab: a block of a few units may still fit */
     }
-    uint32_t node;
     if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
-    st = ascm_pool_take_block(p, size, align, size, 0, &node);
+    uint32_t node = reuse_last_freed(p, size, align);
+    st = node ? ASCM_OK : ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
         st = ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st == ASCM_OK) {
@@ -194,7 +240,9 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
         usable = (uint64_t)blk->len << p->gshift;
         requested = usable - blk->slack;
-        ascm_pool_give_block(p, node);
+        discharge_block(p, blk);
+        flush_last_freed(p);
+        p->last_freed = node;
     } else {
         int st = ascm_slab_free(p, off, &usable, &requested);
         if (st != ASCM_OK) return st;
@@ -265,6 +313,7 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     memset(st, 0, sizeof *st);
     ascm_pool_lock(p);
+    flush_last_freed(p);
     st->capacity = p->size;
     st->used = p->used;
     st->requested = p->requested;
@@ -291,6 +340,7 @@ void ascm_pool_reset(ascm_pool *p) {
     if (p->pages_in_use && p->charge) p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
     ascm_slab_release_all(p);
     ascm_fit_reset(&p->fit);
+    p->last_freed = ASCM_NODE_NONE;
     ascm_map_clear(&p->blocks);
     ascm_map_clear(&p->slabmap);
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
@@ -310,6 +360,7 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
 
 void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_pool_lock(p);
+    flush_last_freed(p);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
         if (n->len && n->is_free)
@@ -354,6 +405,7 @@ int ascm_pool_close_if_empty(ascm_pool *p) {
     ascm_pool_lock(p);
     int empty = p->live_count == 0;
     if (empty) {
+        flush_last_freed(p);
         ascm_slab_trim(p);
         p->closed = 1;
     }
@@ -370,6 +422,7 @@ void ascm_pool_reset_peaks(ascm_pool *p) {
 
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_pool_lock(p);
+    flush_last_freed(p);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
         if (n->len && !n->is_free && !n->is_slab) {
@@ -388,9 +441,15 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     uint32_t *refs = calloc(p->npages, sizeof *refs);
     if (!refs) return ASCM_ERR_HOSTMEM;
     uint64_t large = 0;
+    if (p->last_freed) {
+        const ascm_fit_node *n = &p->fit.nodes[p->last_freed];
+        if (p->last_freed >= p->fit.nused || !n->len || n->is_free || n->is_slab ||
+            ascm_map_get(&p->blocks, n->off) != 0)
+            st = ascm_fail(msg, msglen, "the kept last freed block is not a freed large block");
+    }
     for (uint32_t i = 1; i < p->fit.nused && st == ASCM_OK; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
-        if (!n->len || n->is_free) continue; /* recycled or free */
+        if (!n->len || n->is_free || i == p->last_freed) continue; /* recycled, free or kept */
         uint64_t off = (uint64_t)n->off << p->gshift, len = (uint64_t)n->len << p->gshift;
         uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
         if (p->page_refs) {

@@ -145,6 +145,67 @@ static void test_pool_basic(void) {
     ascm_pool_destroy(p);
 }
 
+/* The last large block freed is kept whole and taken back by a request of
+ * exactly its size; nothing else may see a difference. */
+static void test_pool_reuses_the_last_freed_large_block(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 64u << 20, .min_block = 4096,
+                            .page_size = 2u << 20, .charge = charge};
+    charged = 0;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t a, b, c, sz;
+    CHECK(ascm_pool_alloc(p, 64, 64, &c) == ASCM_OK);               /* a slab first */
+    CHECK(ascm_pool_alloc(p, 3u << 20, 64, &a) == ASCM_OK);
+    int64_t with_a = charged;
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(charged < with_a);                       /* its pages are given back at once */
+    POOL_OK(p);                                    /* check knows the kept block */
+    CHECK(ascm_pool_free(p, a) == ASCM_ERR_BADFREE);    /* and it is not live */
+    CHECK(ascm_pool_usable_size(p, a, &sz) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_alloc(p, (3u << 20) - 100, 64, &b) == ASCM_OK && b == a);
+    CHECK(charged == with_a);
+    CHECK(ascm_pool_requested_size(p, b, &sz) == ASCM_OK && sz == (3u << 20) - 100);
+    POOL_OK(p);
+    /* another size flushes it to best fit, which merges it with its neighbours */
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, (3u << 20) + 4096, 64, &b) == ASCM_OK && b == a);
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    /* an alignment the kept block lacks is not served by it */
+    uint64_t spacer;
+    CHECK(ascm_pool_alloc(p, 512u << 10, 64, &spacer) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 1u << 20, 64, &a) == ASCM_OK && a % (4u << 20) != 0);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 1u << 20, 4u << 20, &b) == ASCM_OK && b != a && b % (4u << 20) == 0);
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    CHECK(ascm_pool_free(p, spacer) == ASCM_OK);
+    /* statistics see every free byte */
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.free + st.slab_bytes == st.capacity && st.largest_free + st.slab_bytes == st.capacity);
+    /* a budget refusal on reuse leaves the kept block and the charge as they were */
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &a) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    int64_t before = charged;
+    charge_limit = charged;
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_ERR_BUDGET);
+    CHECK(charged == before);
+    POOL_OK(p);
+    charge_limit = -1;
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_OK);
+    /* the whole range is reachable while a block is kept */
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 64u << 20, 64, &a) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(ascm_pool_close_if_empty(p));
+    POOL_OK(p);
+    ascm_pool_stats(p, &st);
+    CHECK(st.free == st.capacity && charged == 0);
+    ascm_pool_reset(p);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 static void test_pool_random(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 30, .size = 48u << 20, .min_block = 4096, .page_size = 2u << 20,
@@ -342,11 +403,12 @@ int main(void) {
     test_buddy_basic();
     test_buddy_random();
     test_pool_basic();
+    test_pool_reuses_the_last_freed_large_block();
     test_pool_random();
     test_pool_batch();
     test_exhaustion_soak();
     test_device_chunks();
     test_check_detects_corruption();
-    printf("%d passed, %d failed\n", failures ? 0 : 8, failures ? 1 : 0);
+    printf("%d passed, %d failed\n", failures ? 0 : 9, failures ? 1 : 0);
     return failures ? 1 : 0;
 }
