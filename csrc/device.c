@@ -332,9 +332,16 @@ int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
 }
 
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
-    ascm_pool *p = ascm_device_pool_at(d, addr, kind);
-    if (!p || !((kind_mask >> *kind) & 1u)) return ASCM_ERR_BADFREE;
-    return ascm_pool_free(p, addr);
+    for (int k = 0; k < ASCM_KINDS; k++) { /* the kinds the caller expects first */
+        chunk_table *t = (kind_mask >> k) & 1u ? table_of(d, k) : NULL;
+        for (uint32_t i = 0; t && i < t->n; i++)
+            if (addr >= t->c[i].base && addr - t->c[i].base < t->c[i].size) {
+                *kind = k;
+                return ascm_pool_free(t->c[i].pool, addr);
+            }
+    }
+    ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
+    return ASCM_ERR_BADFREE;
 }
 
 ascm_pool *ascm_device_pool(ascm_device *d, int kind) {

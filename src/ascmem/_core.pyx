@@ -2,14 +2,13 @@
 """Bindings of the C core: Pool, BuddyAllocator, and the error mapping."""
 
 cimport cython
-from cpython.long cimport PyLong_CheckExact
+from cpython.long cimport PyLong_Check, PyLong_CheckExact
+from cpython.bool cimport PyBool_Check
 from cpython.exc cimport PyErr_Occurred, PyErr_Clear
 from libc.stdint cimport uint64_t, int64_t, uint32_t
 from libc.string cimport memset
 
 import warnings
-
-import numpy as np
 
 from ascmem.errors import (ArgumentTypeError, CorruptionError, InvalidArgumentError,
                            InvalidFreeError, OutOfMemoryError)
@@ -25,9 +24,29 @@ cdef extern from "Python.h":
     unsigned long PyLong_AsUnsignedLong(object o) noexcept
 
 
+cdef object _np = None
+
+
+cdef object _numpy():
+    """numpy, imported on first use: the allocator's hot paths never need it,
+    and importing it costs about 0.15 s and starts BLAS threads that spin on
+    another core (seen in profiles of plain alloc/free loops)."""
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+    return _np
+
+
 # ---- argument conversion: bad input becomes InvalidArgumentError ----------
 
 cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
+    cdef uint64_t r
+    if PyLong_Check(v) and not PyBool_Check(v):  # int subclasses, e.g. the Policy IntEnum
+        r = PyLong_AsUnsignedLong(v) if sizeof(unsigned long) == 8 else PyLong_AsUnsignedLongLong(v)
+        if not (r == <uint64_t>-1 and PyErr_Occurred()):
+            return r
+        PyErr_Clear()  # negative or too large: the messages below
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
     i = v.__index__()
@@ -125,6 +144,7 @@ cdef str _alloc_failure(int st, uint64_t size, uint64_t align, uint64_t capacity
 
 
 cdef object _sizes_array(object values):
+    np = _numpy()
     arr = _u64_array(values, "sizes")
     if arr.size and arr.min() == 0:
         raise InvalidArgumentError(f"sizes must be at least 1 byte (index {int(np.argmin(arr))} is 0)")
@@ -132,6 +152,7 @@ cdef object _sizes_array(object values):
 
 
 cdef object _u64_array(object values, str what):
+    np = _numpy()
     arr = np.asarray(values)
     if arr.dtype.kind not in "iu":
         if arr.size == 0:
@@ -225,6 +246,7 @@ cdef class Pool:
     def alloc_many(self, sizes, uint64_t align=64):
         """Allocates every size (all or nothing); returns a uint64 array."""
         cdef uint64_t[::1] sz = _sizes_array(sizes)
+        np = _numpy()
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
         cdef size_t done = 0, undone = 0, n = sz.shape[0]
@@ -347,6 +369,7 @@ cdef class BuddyAllocator:
 
     def alloc_many(self, sizes, uint64_t align=64):
         cdef uint64_t[::1] sz = _sizes_array(sizes)
+        np = _numpy()
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
         cdef size_t i, j, n = sz.shape[0]

@@ -402,7 +402,7 @@ cdef class Device:
         request gets, is handed back at once."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef uint32_t pol = _policy(policy)
+        cdef uint32_t pol = 0 if policy is 0 else _policy(policy)  # the default, without a conversion
         if stream is not None and stream in self._pending:
             addr = self._reuse(stream, n, pol, ASCM_SIZE_MALLOC)
             if addr:
@@ -421,7 +421,7 @@ cdef class Device:
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef uint32_t pol = _policy(policy)
+        cdef uint32_t pol = 0 if policy is 0 else _policy(policy)  # the default, without a conversion
         if stream is not None and stream in self._pending:
             addr = self._reuse(stream, n, pol, ASCM_SIZE_ALIGN32)
             if addr:
@@ -742,6 +742,7 @@ cdef class Device:
     def as_array(self, ptr, shape, dtype="uint8"):
         """A numpy array on a live block's memory (no copy); the array counts
         as a view of the block.  Arrays export DLPack (numpy.from_dlpack)."""
+        np = _numpy()
         dt = np.dtype(dtype)
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         count = 1
@@ -1065,7 +1066,7 @@ cdef class Device:
                 f"backend={self.backend}>")
 
 
-cdef uint32_t _policy(object policy) except? 0xFFFFFFFF:
+cdef inline uint32_t _policy(object policy) except? 0xFFFFFFFF:
     cdef uint64_t p = as_u64(policy, "policy")
     return <uint32_t>p if p < 0xFFFFFFFF else 0xFFFFFFFE  # still out of range, as CANN sees it
 
