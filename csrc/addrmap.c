@@ -14,9 +14,6 @@
 
 #define MAP_MIN_SLOTS 64u
 
-static inline uint32_t home_of(const ascm_addrmap *m, uint32_t key) {
-    return (uint32_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
-}
 
 int ascm_map_init(ascm_addrmap *m) {
     m->slots = calloc(MAP_MIN_SLOTS, sizeof *m->slots);
@@ -44,7 +41,7 @@ void ascm_map_clear(ascm_addrmap *m) {
 }
 
 static void place(ascm_addrmap *m, ascm_map_entry e) {
-    uint32_t i = home_of(m, e.key);
+    uint32_t i = ascm_map_home(m, e.key);
     while (m->slots[i].key) i = (i + 1) & m->mask;
     m->slots[i] = e;
 }
@@ -73,7 +70,7 @@ void ascm_map_put(ascm_addrmap *m, uint32_t key, uint32_t value) {
 
 static inline int64_t find_slot(const ascm_addrmap *m, uint32_t key) {
     uint32_t k = key + 1;
-    for (uint32_t i = home_of(m, k);; i = (i + 1) & m->mask) {
+    for (uint32_t i = ascm_map_home(m, k);; i = (i + 1) & m->mask) {
         if (m->slots[i].key == k) return i;
         if (!m->slots[i].key) return -1;
     }
@@ -85,7 +82,7 @@ uint32_t ascm_map_take(ascm_addrmap *m, uint32_t key) {
     uint32_t hole = (uint32_t)found, value = m->slots[hole].value;
     /* backward shift: pull later entries of the probe run into the hole */
     for (uint32_t i = (hole + 1) & m->mask; m->slots[i].key; i = (i + 1) & m->mask) {
-        uint32_t home = home_of(m, m->slots[i].key);
+        uint32_t home = ascm_map_home(m, m->slots[i].key);
         if (((i - home) & m->mask) >= ((i - hole) & m->mask)) {
             m->slots[hole] = m->slots[i];
             hole = i;

@@ -84,6 +84,7 @@ static int node_new(ascm_fit *f, uint32_t *out) {
     if (f->recycled) {
         *out = f->recycled;
         f->recycled = f->nodes[*out].next_free;
+        ASCM_PREFETCH(&f->nodes[f->recycled]); /* the next one: recycled nodes are scattered */
         return ASCM_OK;
     }
     if (f->nused == f->ncap) {

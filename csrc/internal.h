@@ -10,9 +10,15 @@
 #include <string.h>
 
 #if defined(__GNUC__)
+#define ASCM_PREFETCH(p) __builtin_prefetch(p)
+/* A function that only prefetches looks pure to GCC: unless it is inlined
+ * before that analysis, the call, and the prefetch, are deleted. */
+#define ASCM_PREFETCHER static inline __attribute__((always_inline))
 #define ASCM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define ASCM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
+#define ASCM_PREFETCH(p) ((void)(p))
+#define ASCM_PREFETCHER static inline
 #define ASCM_LIKELY(x) (x)
 #define ASCM_UNLIKELY(x) (x)
 #endif
@@ -141,10 +147,20 @@ void ascm_map_put(ascm_addrmap *m, uint32_t key, uint32_t value); /* key absent,
 uint32_t ascm_map_take(ascm_addrmap *m, uint32_t key);            /* removes; 0 if absent */
 uint64_t ascm_map_bytes(const ascm_addrmap *m);
 
+/* Slot where the probe run of a stored key (key + 1) starts. */
+static inline uint32_t ascm_map_home(const ascm_addrmap *m, uint32_t stored) {
+    return (uint32_t)(((uint64_t)stored * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;
+}
+
+/* Batches look keys up ahead of use: each lookup in a table larger than the
+ * cache is a miss, and they are independent. */
+ASCM_PREFETCHER void ascm_map_prefetch(const ascm_addrmap *m, uint32_t key) {
+    ASCM_PREFETCH(&m->slots[ascm_map_home(m, key + 1)]);
+}
+
 static inline uint32_t ascm_map_get(const ascm_addrmap *m, uint32_t key) { /* 0 if absent */
     uint32_t k = key + 1;
-    for (uint32_t i = (uint32_t)(((uint64_t)k * 0x9E3779B97F4A7C15ull) >> 32) & m->mask;;
-         i = (i + 1) & m->mask) {
+    for (uint32_t i = ascm_map_home(m, k);; i = (i + 1) & m->mask) {
         if (m->slots[i].key == k) return m->slots[i].value;
         if (!m->slots[i].key) return 0;
     }

@@ -167,7 +167,11 @@ static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested
     p->alloc_count++;
 }
 
-static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
+/* With unmapped, a large block is not put in the blocks map: its node is
+ * stored there (0 for a slab slot) for the caller to put, and `pending` such
+ * puts are outstanding (room is reserved for them). */
+static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr,
+                               uint32_t *unmapped, uint32_t pending) {
     if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
     int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
     int st;
@@ -175,20 +179,22 @@ static int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *a
         uint64_t off;
         st = ascm_slab_alloc(p, cls, size, &off);
         if (ASCM_LIKELY(st == ASCM_OK)) {
+            if (unmapped) *unmapped = ASCM_NODE_NONE;
             count_alloc(p, p->classes[cls].size, size);
             *addr = p->base + off;
             return ASCM_OK;
         }
         /* no room for a whole slab: a block of a few units may still fit */
     }
-    if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
+    if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     uint32_t node = reuse_last_freed(p, size, align);
     st = node ? ASCM_OK : ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
         st = ascm_pool_take_block(p, size, align, size, 0, &node);
     if (st == ASCM_OK) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
-        ascm_map_put(&p->blocks, blk->off, node);
+        if (unmapped) *unmapped = node;
+        else ascm_map_put(&p->blocks, blk->off, node);
         count_alloc(p, (uint64_t)blk->len << p->gshift, size);
         *addr = p->base + ((uint64_t)blk->off << p->gshift);
         return ASCM_OK;
@@ -208,7 +214,7 @@ int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     ascm_pool_lock(p);
-    st = alloc_locked(p, size, align, addr);
+    st = alloc_locked(p, size, align, addr, NULL, 0);
     ascm_pool_unlock(p);
     return st;
 }
@@ -261,26 +267,72 @@ int ascm_pool_free(ascm_pool *p, uint64_t addr) {
     return st;
 }
 
+/* Batches hide the cache misses of the address maps (a hundred thousand
+ * live blocks make tables of megabytes): free_many prefetches the map slots
+ * of the address BATCH_AHEAD places on, and alloc_many puts each new block in
+ * the map BATCH_AHEAD allocations later, its slot prefetched meanwhile.  No
+ * lookup by address happens inside alloc_many, so the delay is invisible. */
+#define BATCH_AHEAD 8u
+
 int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t align,
                          uint64_t *addrs, size_t *done) {
     int st = ASCM_OK;
     size_t i = 0;
+    ascm_map_entry ring[BATCH_AHEAD]; /* stored keys: unit + 1 */
+    uint32_t head = 0, pending = 0;
     ascm_pool_lock(p);
     for (; i < n; i++) {
+        uint32_t node;
         st = check_request(p, sizes[i], align);
-        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], align, &addrs[i]);
+        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], align, &addrs[i], &node, pending);
         if (st != ASCM_OK) break;
+        if (!node) continue;
+        if (pending == BATCH_AHEAD) {
+            ascm_map_put(&p->blocks, ring[head].key - 1, ring[head].value);
+            head = (head + 1) % BATCH_AHEAD;
+            pending--;
+        }
+        uint32_t unit = p->fit.nodes[node].off;
+        ring[(head + pending) % BATCH_AHEAD] = (ascm_map_entry){unit + 1, node};
+        pending++;
+        ascm_map_prefetch(&p->blocks, unit);
     }
+    for (; pending; pending--, head = (head + 1) % BATCH_AHEAD)
+        ascm_map_put(&p->blocks, ring[head].key - 1, ring[head].value);
     ascm_pool_unlock(p);
     *done = i;
     return st;
+}
+
+ASCM_PREFETCHER void prefetch_free(const ascm_pool *p, uint64_t addr) {
+    uint64_t off = addr - p->base; /* below base wraps past size */
+    if (off >= p->size) return;
+    if (!(off & (p->gran - 1))) ascm_map_prefetch(&p->blocks, (uint32_t)(off >> p->gshift));
+    ascm_map_prefetch(&p->slabmap, (uint32_t)(off >> p->sgshift));
+}
+
+/* Second stage, half as far ahead: the map slot is in cache by now, so find
+ * the block's metadata and fetch that too. */
+ASCM_PREFETCHER void prefetch_meta(const ascm_pool *p, uint64_t addr) {
+    uint64_t off = addr - p->base;
+    if (off >= p->size) return;
+    uint32_t node = (off & (p->gran - 1)) ? 0 : ascm_map_get(&p->blocks, (uint32_t)(off >> p->gshift));
+    if (node) {
+        ASCM_PREFETCH(&p->fit.nodes[node]);
+    } else {
+        uint32_t si = ascm_slab_at(p, off);
+        if (si) ASCM_PREFETCH(p->slabs[si]);
+    }
 }
 
 int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done) {
     int first_error = ASCM_OK;
     size_t ok = 0;
     ascm_pool_lock(p);
+    for (size_t i = 0; i < n && i < BATCH_AHEAD; i++) prefetch_free(p, addrs[i]);
     for (size_t i = 0; i < n; i++) {
+        if (i + BATCH_AHEAD < n) prefetch_free(p, addrs[i + BATCH_AHEAD]);
+        if (i + BATCH_AHEAD / 2 < n) prefetch_meta(p, addrs[i + BATCH_AHEAD / 2]);
         int st = free_locked(p, addrs[i]);
         if (st == ASCM_OK) ok++;
         else if (first_error == ASCM_OK) first_error = st;

@@ -54,14 +54,30 @@ static double lifo(void) {
     return ns;
 }
 
+static double batch(void) {
+    static uint64_t sizes[BATCH_N], addrs[BATCH_N];
+    for (int i = 0; i < BATCH_N; i++) sizes[i] = log_uniform();
+    ascm_pool *p = make_pool(64ull << 30);
+    size_t done;
+    double t0 = now();
+    for (int r = 0; r < BATCH_ROUNDS; r++) {
+        if (ascm_pool_alloc_many(p, sizes, BATCH_N, 64, addrs, &done) != ASCM_OK) exit(5);
+        if (ascm_pool_free_many(p, addrs, BATCH_N, &done) != ASCM_OK) exit(6);
+    }
+    double ns = (now() - t0) * 1e9 / ((double)BATCH_N * BATCH_ROUNDS);
+    ascm_pool_destroy(p);
+    return ns;
+}
+
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : RUNS;
     if (runs < 1 || runs > 99) runs = RUNS;
-    double s[99], l[99], su[99], lu[99];
+    double s[99], l[99], su[99], lu[99], b[99];
     for (int i = 0; i < runs; i++) {
         single_threaded = 0;
         s[i] = steady();
         l[i] = lifo();
+        b[i] = batch();
         single_threaded = 1;
         su[i] = steady();
         lu[i] = lifo();
@@ -69,5 +85,6 @@ int main(int argc, char **argv) {
     printf("steady_ns_per_pair %.2f\nlifo_ns_per_pair %.2f\n", median(s, runs), median(l, runs));
     printf("steady_single_threaded_ns_per_pair %.2f\nlifo_single_threaded_ns_per_pair %.2f\n",
            median(su, runs), median(lu, runs));
+    printf("batch_ns_per_pair %.2f\n", median(b, runs));
     return 0;
 }

@@ -4,6 +4,9 @@
  *           allocates a new one; sizes log-uniform in [64 B, 4 MiB]; every
  *           random draw is made before the timed loop.
  *   lifo:   allocate LIFO_N mixed sizes, free them in reverse; repeated.
+ *   batch:  (ascmem only) alloc_many of BATCH_N mixed sizes, then free_many
+ *           of them in the same order: what Python's Pool.alloc_many +
+ *           free_many does below the binding.
  * Results are the median of several runs, in ns per allocate+free pair. */
 #ifndef ASCMEM_BENCH_WORKLOAD_H
 #define ASCMEM_BENCH_WORKLOAD_H
@@ -18,6 +21,8 @@
 #define STEPS 2000000
 #define LIFO_N 1000
 #define LIFO_ROUNDS 2000
+#define BATCH_N 100000
+#define BATCH_ROUNDS 10
 #define RUNS 7
 
 static uint64_t bench_rng = 88172645463325252ull;

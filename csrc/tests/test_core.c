@@ -257,6 +257,27 @@ static void test_pool_batch(void) {
     CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_INVAL && done == 10);
     CHECK(ascm_pool_free_many(p, addrs, done, &done) == ASCM_OK && done == 10);
     POOL_OK(p);
+    /* large blocks reach the block map a few allocations late (alloc_many
+     * prefetches their slots): a batch that runs out of room must still have
+     * put every block it handed out */
+    for (int i = 0; i < 1000; i++) sizes[i] = (i % 3 ? 40000 : 1) + next_rand() % 300000;
+    CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_NOMEM);
+    CHECK(done > 20 && done < 1000);
+    POOL_OK(p);
+    uint64_t sz;
+    int all_found = 1;
+    for (size_t i = 0; i < done; i++)
+        all_found &= ascm_pool_requested_size(p, addrs[i], &sz) == ASCM_OK && sz == sizes[i];
+    CHECK(all_found);
+    /* free_many with a double free and a foreign address frees the rest */
+    size_t n = done;
+    addrs[n] = addrs[0];
+    addrs[n + 1] = 12345;
+    CHECK(ascm_pool_free_many(p, addrs, n + 2, &done) == ASCM_ERR_BADFREE && done == n);
+    POOL_OK(p);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0);
     ascm_pool_destroy(p);
 }
 
