@@ -110,3 +110,39 @@ def test_bad_construction(cls, kwargs):
     size = kwargs.pop("size")
     with pytest.raises(ascmem.InvalidArgumentError):
         cls(size, **kwargs)
+
+
+class _Int(int):
+    """An int subclass, as IntEnum members are."""
+
+
+@pytest.mark.parametrize("value,exc", [(_Int(-1), ascmem.InvalidArgumentError),
+                                       (_Int(1 << 64), ascmem.InvalidArgumentError),
+                                       (True, ascmem.ArgumentTypeError)])
+def test_int_subclasses_are_checked_like_ints(allocator, value, exc):
+    before = snapshot(allocator)
+    with pytest.raises(exc):
+        allocator.alloc(value)
+    assert snapshot(allocator) == before
+
+
+def test_int_subclasses_are_sizes_and_policies():
+    pool = ascmem.Pool(64 * MiB, base=BASE)
+    a = pool.alloc(_Int(4096))
+    assert pool.usable_size(a) == 4096
+    pool.free(_Int(a))
+    dev = ascmem.Device("atlas-training")
+    p = dev.malloc(4 * MiB, ascmem.Policy.NORMAL_ONLY)
+    assert dev.kind_of(p) == ascmem.MemKind.NORMAL
+    with pytest.raises(ascmem.InvalidArgumentError):
+        dev.malloc(64, _Int(-1))
+    dev.free(p)
+    assert pool.check() is None and dev.check() is None
+
+
+def test_importing_ascmem_does_not_import_numpy():
+    import subprocess
+    import sys
+    code = "import sys, ascmem; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
