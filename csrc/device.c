@@ -200,14 +200,15 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
     return make_pools(d);
 }
 
-/* Every chunk of the kind in turn; then, if the kind can grow and its chunks
- * were full (not over budget), the grow hook and one more round. */
-static int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr) {
-    for (int round = 0;; round++) {
+/* Every chunk of the kind in turn, from chunk `first` in the first round;
+ * then, if the kind can grow and its chunks were full (not over budget), the
+ * grow hook and one more round.  st: the status of the chunks before first. */
+static int try_chunks(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr,
+                      uint32_t first, int st) {
+    for (int round = 0;; round++, first = 0, st = ASCM_ERR_NOMEM) {
         chunk_table *t = table_of(d, kind);
         if (!t) return ASCM_ERR_NOMEM;
-        int st = ASCM_ERR_NOMEM;
-        for (uint32_t i = 0; i < t->n; i++) {
+        for (uint32_t i = first; i < t->n; i++) {
             int got = ascm_pool_alloc(t->c[i].pool, size, align, addr);
             if (got == ASCM_OK || got == ASCM_ERR_INVAL) return got;
             if (got == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) st = got;
@@ -220,8 +221,17 @@ static int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uin
     }
 }
 
-int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
-                      ascm_route *r) {
+/* The first chunk inline: it serves nearly every request. */
+static inline int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr) {
+    chunk_table *t = table_of(d, kind);
+    if (ASCM_UNLIKELY(!t || !t->n)) return try_chunks(d, kind, size, align, addr, 0, ASCM_ERR_NOMEM);
+    int got = ascm_pool_alloc(t->c[0].pool, size, align, addr);
+    if (ASCM_LIKELY(got == ASCM_OK) || got == ASCM_ERR_INVAL) return got;
+    return try_chunks(d, kind, size, align, addr, 1, got);
+}
+
+static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                        ascm_route *r) {
     if (size == 0) return ASCM_ERR_INVAL;
     if (size > (1ull << 62)) return ASCM_ERR_NOMEM; /* no device has this much; rounding would wrap */
     r->rounded = (size + 31) & ~31ull;
@@ -276,6 +286,11 @@ int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int 
     }
 }
 
+int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                      ascm_route *r) {
+    return route(d, size, policy, mode, r);
+}
+
 /* The media window past 90%: bytes in use over the kind's chunks, each read
  * under its pool's lock (no full statistics on the allocation path). */
 static int media_over_90(ascm_device *d) {
@@ -296,7 +311,7 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
     *events = 0;
     *kind = -1;
     ascm_route r;
-    int st = ascm_device_route(d, size, policy, mode, &r);
+    int st = route(d, size, policy, mode, &r);
     if (st != ASCM_OK) return st;
     *kind = r.kinds[0];
     st = try_kind(d, r.kinds[0], r.rounded, r.align, addr);
