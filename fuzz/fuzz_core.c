@@ -77,11 +77,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             ascm_device_free(dev, live[2][slot] ? live[2][slot] : req, 0x1F, &kind);
             live[2][slot] = 0;
             break;
-        case 6: {
-            uint64_t sizes[4] = {req, req / 2 + 1, req * 3, 64}, addrs[4];
-            size_t done;
-            if (ascm_pool_alloc_many(pool, sizes, 4, align, addrs, &done) == ASCM_OK)
-                ascm_pool_free_many(pool, addrs, 4, &done);
+        case 6: { /* batches longer than the 8 deferred map puts of alloc_many */
+            uint64_t sizes[24], addrs[24];
+            size_t n = 1 + slot % 24, done;
+            for (size_t i = 0; i < n; i++) sizes[i] = (req >> (i % 5)) * (1 + i % 3) + (i & 1);
+            if (ascm_pool_alloc_many(pool, sizes, n, align, addrs, &done) == ASCM_OK)
+                ascm_pool_free_many(pool, addrs, n, &done);
             else
                 ascm_pool_free_many(pool, addrs, done, &done);
             break;
