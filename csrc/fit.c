@@ -40,7 +40,7 @@ static inline uint32_t bin_of(uint64_t len) {
     return (1u << SUB) + ((fl - SUB) << SUB) + (uint32_t)((len >> (fl - SUB)) & ((1u << SUB) - 1));
 }
 
-static void bin_insert(ascm_fit *f, uint32_t i) {
+static inline void bin_insert(ascm_fit *f, uint32_t i) {
     ascm_fit_node *n = &f->nodes[i];
     uint32_t b = bin_of(n->len);
     n->bin = (uint16_t)b;
@@ -54,7 +54,7 @@ static void bin_insert(ascm_fit *f, uint32_t i) {
     f->free_units += n->len;
 }
 
-static void bin_remove(ascm_fit *f, uint32_t i) {
+static inline void bin_remove(ascm_fit *f, uint32_t i) {
     ascm_fit_node *n = &f->nodes[i];
     uint32_t b = n->bin;
     if (n->prev_free) f->nodes[n->prev_free].next_free = n->next_free;
@@ -69,7 +69,7 @@ static void bin_remove(ascm_fit *f, uint32_t i) {
 }
 
 /* First non-empty bin at or after b, or ASCM_FIT_BINS. */
-static uint32_t next_bin(const ascm_fit *f, uint32_t b) {
+static inline uint32_t next_bin(const ascm_fit *f, uint32_t b) {
     if (b >= ASCM_FIT_BINS) return ASCM_FIT_BINS;
     uint32_t w = b >> 6;
     uint64_t bits = f->bin_bits[w] & (~0ull << (b & 63));
@@ -80,7 +80,7 @@ static uint32_t next_bin(const ascm_fit *f, uint32_t b) {
     return (w << 6) | ascm_ctz64(f->bin_bits[w]);
 }
 
-static int node_new(ascm_fit *f, uint32_t *out) {
+static inline int node_new(ascm_fit *f, uint32_t *out) {
     if (f->recycled) {
         *out = f->recycled;
         f->recycled = f->nodes[*out].next_free;
@@ -98,7 +98,7 @@ static int node_new(ascm_fit *f, uint32_t *out) {
     return ASCM_OK;
 }
 
-static void node_recycle(ascm_fit *f, uint32_t i) {
+static inline void node_recycle(ascm_fit *f, uint32_t i) {
     f->nodes[i].len = 0;
     f->nodes[i].is_free = 0;
     f->nodes[i].is_slab = 0;
@@ -137,7 +137,7 @@ void ascm_fit_destroy(ascm_fit *f) {
 
 /* Smallest block of at least need units in bin b (ties: lowest address, or
  * highest when high). */
-static uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need, int high) {
+static inline uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need, int high) {
     uint32_t best = ASCM_NODE_NONE;
     unsigned seen = 0;
     for (uint32_t i = f->bin_head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {

@@ -20,7 +20,7 @@
 
 #include <stdlib.h>
 
-static uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
+static inline uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
     if (!p->page_refs) { /* pages no larger than units: no page is ever shared */
         p->pages_in_use += bytes >> p->pshift;
         return bytes >> p->pshift;
@@ -33,7 +33,7 @@ static uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
     return added;
 }
 
-static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
+static inline uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
     if (!p->page_refs) {
         p->pages_in_use -= bytes >> p->pshift;
         return bytes >> p->pshift;
@@ -48,7 +48,7 @@ static uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
 
 /* Charges the pages of a block the fit path has set aside; on a budget
  * refusal nothing stays charged. */
-static int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
+static inline int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
     uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift;
     uint64_t added = page_take(p, off, len);
     if (added && p->charge && p->charge(p->charge_ctx, (int64_t)(added << p->pshift)) != 0) {
@@ -58,7 +58,7 @@ static int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
     return ASCM_OK;
 }
 
-static void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
+static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
     uint64_t dropped = page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift);
     if (dropped && p->charge) p->charge(p->charge_ctx, -(int64_t)(dropped << p->pshift));
 }
