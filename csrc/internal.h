@@ -271,6 +271,8 @@ struct ascm_pool {
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused */
+    uint64_t hot_off, hot_len; /* the slab of the last slab free, [off, off + len): */
+    uint32_t hot_slab;         /* frees next to it skip both map probes (pool.c) */
     uint32_t nslabs_cap, nslabs_used, slab_recycled;
     uint64_t slab_bytes;
     /* statistics */
@@ -336,10 +338,9 @@ static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uin
     return ASCM_OK;
 }
 
-/* off is a byte offset in the pool. */
-static inline int ascm_slab_free(ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
-    uint32_t si = ascm_slab_at(p, off);
-    if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
+/* off is a byte offset in the pool, in slab si. */
+static inline int ascm_slab_free(ascm_pool *p, uint32_t si, uint64_t off, uint64_t *usable,
+                                 uint64_t *requested) {
     ascm_slab *s = p->slabs[si];
     int64_t slot = ascm_slab_live_slot(p, s, off);
     if (ASCM_UNLIKELY(slot < 0)) return ASCM_ERR_BADFREE;

@@ -240,8 +240,9 @@ static int lookup_locked(const ascm_pool *p, uint64_t addr, uint64_t *usable, ui
 static int free_locked(ascm_pool *p, uint64_t addr) {
     if (ASCM_UNLIKELY(addr < p->base || addr - p->base >= p->size)) return ASCM_ERR_BADFREE;
     uint64_t off = addr - p->base, usable, requested;
-    uint32_t node = 0;
-    if (!(off & (p->gran - 1))) node = ascm_map_take(&p->blocks, (uint32_t)(off >> p->gshift));
+    uint32_t node = 0, si = 0;
+    if (off - p->hot_off < p->hot_len) si = p->hot_slab; /* no large block inside a slab */
+    else if (!(off & (p->gran - 1))) node = ascm_map_take(&p->blocks, (uint32_t)(off >> p->gshift));
     if (node) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
         usable = (uint64_t)blk->len << p->gshift;
@@ -250,7 +251,16 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
         flush_last_freed(p);
         p->last_freed = node;
     } else {
-        int st = ascm_slab_free(p, off, &usable, &requested);
+        if (!si) {
+            si = ascm_slab_at(p, off);
+            if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
+            /* later frees into this slab skip the maps; set before the free,
+             * which may release the slab (and then clears this) */
+            p->hot_slab = si;
+            p->hot_off = p->slabs[si]->off;
+            p->hot_len = p->classes[p->slabs[si]->cls].slab_bytes;
+        }
+        int st = ascm_slab_free(p, si, off, &usable, &requested);
         if (st != ASCM_OK) return st;
     }
     p->used -= usable;
@@ -537,6 +547,14 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     if (pages != p->pages_in_use) return ascm_fail(msg, msglen, "pages in use is wrong");
     st = ascm_slab_check(p, &live, &used, &requested, msg, msglen);
     if (st != ASCM_OK) return st;
+    if (p->hot_slab) {
+        const ascm_slab *s = p->hot_slab < p->nslabs_used ? p->slabs[p->hot_slab] : NULL;
+        if (!s || ((uintptr_t)s & 1u) || s->off != p->hot_off ||
+            p->hot_len != p->classes[s->cls].slab_bytes)
+            return ascm_fail(msg, msglen, "the remembered slab of the last free is stale");
+    } else if (p->hot_len) {
+        return ascm_fail(msg, msglen, "a remembered slab range without a slab");
+    }
     if (live != p->live_count || used != p->used || requested != p->requested)
         return ascm_fail(msg, msglen, "statistics disagree with the live blocks");
     if (p->alloc_count - p->free_count != p->live_count)

@@ -206,6 +206,32 @@ static void test_pool_reuses_the_last_freed_large_block(void) {
     ascm_pool_destroy(p);
 }
 
+/* Frees into the slab of the previous free skip the maps; that slab may be
+ * released and its index reused by another class in between. */
+static void test_pool_remembered_slab(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 64u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t a, b, c, big;
+    CHECK(ascm_pool_alloc(p, 64, 64, &a) == ASCM_OK && ascm_pool_alloc(p, 64, 64, &b) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);             /* remembers a's slab */
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, a) == ASCM_ERR_BADFREE);    /* double free in the remembered slab */
+    CHECK(ascm_pool_free(p, a + 32) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);             /* the slab empties */
+    CHECK(ascm_pool_trim(p) > 0);                       /* and goes back to best fit */
+    POOL_OK(p);
+    CHECK(ascm_pool_alloc(p, 3000, 64, &c) == ASCM_OK); /* another class, maybe the same index */
+    CHECK(ascm_pool_alloc(p, 1u << 20, 64, &big) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);
+    CHECK(ascm_pool_free(p, big) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_reset(p);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 static void test_pool_random(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 30, .size = 48u << 20, .min_block = 4096, .page_size = 2u << 20,
@@ -425,11 +451,12 @@ int main(void) {
     test_buddy_random();
     test_pool_basic();
     test_pool_reuses_the_last_freed_large_block();
+    test_pool_remembered_slab();
     test_pool_random();
     test_pool_batch();
     test_exhaustion_soak();
     test_device_chunks();
     test_check_detects_corruption();
-    printf("%d passed, %d failed\n", failures ? 0 : 9, failures ? 1 : 0);
+    printf("%d passed, %d failed\n", failures ? 0 : 10, failures ? 1 : 0);
     return failures ? 1 : 0;
 }
