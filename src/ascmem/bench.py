@@ -191,9 +191,21 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     ap.add_argument("--no-c", action="store_true", help="skip the C core benchmark")
     args = ap.parse_args(argv)
-    number, repeat = (2000, 3) if args.quick else (200_000, 9)
+    # many short samples, round-robin: a burst of load on these shared hosts
+    # then spoils a few samples of every peer rather than all of one
+    number, repeat = (2000, 3) if args.quick else (20_000, 61)
+    # one core for everything, as the C benchmark runs under taskset: a
+    # process the scheduler moves between cores starts over with cold caches
+    # (the 100,000-block batch read 150-170 ns pinned, 214-258 ns not)
+    pinned = ""
+    if hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {0})
+            pinned = "; pinned to CPU 0"
+        except OSError:
+            pass
     print(f"ascmem {ascmem.__version__} bench; python {sys.version.split()[0]}; "
-          f"{os.cpu_count()} CPUs; medians of {repeat} runs")
+          f"{os.cpu_count()} CPUs; medians of {repeat} runs{pinned}")
 
     rows = python_pairs(number, repeat)
     floor = {r["size"]: r["ns"] for r in rows if r["peer"].startswith("floor")}
