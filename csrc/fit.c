@@ -80,22 +80,27 @@ static inline uint32_t next_bin(const ascm_fit *f, uint32_t b) {
     return (w << 6) | ascm_ctz64(f->bin_bits[w]);
 }
 
-static inline int node_new(ascm_fit *f, uint32_t *out) {
-    if (f->recycled) {
-        *out = f->recycled;
-        f->recycled = f->nodes[*out].next_free;
-        ASCM_PREFETCH(&f->nodes[f->recycled]); /* the next one: recycled nodes are scattered */
-        return ASCM_OK;
-    }
-    if (f->nused == f->ncap) {
-        if (f->ncap >= (1u << 30)) return ASCM_ERR_HOSTMEM;
-        ascm_fit_node *grown = realloc(f->nodes, (size_t)f->ncap * 2 * sizeof *grown);
-        if (!grown) return ASCM_ERR_HOSTMEM;
-        f->nodes = grown;
-        f->ncap *= 2;
-    }
-    *out = f->nused++;
+/* Makes room for two new nodes, so that node_take cannot fail or move the
+ * array: the split in ascm_fit_take needs at most two, and must not move
+ * the nodes while it holds pointers to them. */
+static inline int nodes_reserve(ascm_fit *f) {
+    if (ASCM_LIKELY(f->nused + 2 <= f->ncap)) return ASCM_OK;
+    if (f->ncap >= (1u << 30)) return ASCM_ERR_HOSTMEM;
+    ascm_fit_node *grown = realloc(f->nodes, (size_t)f->ncap * 2 * sizeof *grown);
+    if (!grown) return ASCM_ERR_HOSTMEM;
+    f->nodes = grown;
+    f->ncap *= 2;
     return ASCM_OK;
+}
+
+static inline uint32_t node_take(ascm_fit *f) { /* after nodes_reserve */
+    uint32_t i = f->recycled;
+    if (i) {
+        f->recycled = f->nodes[i].next_free;
+        ASCM_PREFETCH(&f->nodes[f->recycled]); /* the next one: recycled nodes are scattered */
+        return i;
+    }
+    return f->nused++;
 }
 
 static inline void node_recycle(ascm_fit *f, uint32_t i) {
@@ -160,21 +165,18 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         if (b2 == ASCM_FIT_BINS) return ASCM_ERR_NOMEM;
         x = best_in_bin(f, b2, need, high);
     }
-    /* Spare nodes for the splits below, taken before touching the lists
-     * (node_new may move the node array).  The low end of a block is used
-     * unless high, so a head gap only comes from alignment or high. */
-    uint32_t head_node = ASCM_NODE_NONE, tail_node;
-    if (node_new(f, &tail_node) != ASCM_OK) return ASCM_ERR_HOSTMEM;
-    if ((align_units > 1 || high) && node_new(f, &head_node) != ASCM_OK) {
-        node_recycle(f, tail_node);
-        return ASCM_ERR_HOSTMEM;
-    }
+    /* Room for the split's nodes first: growing the array moves it.  The low
+     * end of a block is used unless high, so a head gap only comes from
+     * alignment or high; an exact fit (the commonest case in the steady
+     * benchmark) needs no node at all. */
+    if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     bin_remove(f, x);
     ascm_fit_node *blk = &f->nodes[x];
     if (high && blk->len < n * HIGH_REGION) high = 0;
     uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
                           : (blk->off + align_units - 1) & ~(align_units - 1);
     if (start > blk->off) { /* the part before start stays free */
+        uint32_t head_node = node_take(f);
         ascm_fit_node *h = &f->nodes[head_node];
         h->off = blk->off;
         h->len = (uint32_t)(start - blk->off);
@@ -185,10 +187,9 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         blk->len -= h->len;
         blk->off = (uint32_t)start;
         bin_insert(f, head_node);
-    } else if (head_node) {
-        node_recycle(f, head_node);
     }
     if (blk->len > n) { /* the part after start + n stays free */
+        uint32_t tail_node = node_take(f);
         ascm_fit_node *t = &f->nodes[tail_node];
         t->off = blk->off + (uint32_t)n;
         t->len = blk->len - (uint32_t)n;
@@ -198,8 +199,6 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         blk->next_phys = tail_node;
         blk->len = (uint32_t)n;
         bin_insert(f, tail_node);
-    } else {
-        node_recycle(f, tail_node);
     }
     blk->slack = 0;
     blk->is_slab = 0;
