@@ -10,6 +10,8 @@
 #include OFFSET_SRC
 #include "workload.h"
 
+#include <unordered_map>
+
 static const uint32 UNIT_SHIFT = 8;
 
 static uint32 units(uint64_t bytes) { return (uint32)((bytes + (1u << UNIT_SHIFT) - 1) >> UNIT_SHIFT); }
@@ -33,6 +35,38 @@ static double steady() {
     return (now() - t0) * 1e9 / STEPS;
 }
 
+// The steady workload again, for a caller that frees by offset, as ascmem's
+// callers do: it must keep offset -> metadata itself (std::unordered_map, what
+// such a caller would reach for).  Shows what the lookup costs OffsetAllocator.
+static double steady_by_offset() {
+    static uint32 sizes[STEPS], victims[STEPS], live[LIVE];
+    for (int i = 0; i < STEPS; i++) {
+        sizes[i] = units(log_uniform());
+        victims[i] = (uint32)(next_rand() % LIVE);
+    }
+    Allocator a(0xFFFFFFFFu, 128 * 1024);
+    std::unordered_map<uint32, uint32> meta;
+    meta.reserve(2 * LIVE);
+    for (int i = 0; i < LIVE; i++) {
+        Allocation x = a.allocate(units(log_uniform()));
+        if (x.offset == Allocation::NO_SPACE) exit(2);
+        meta.emplace(x.offset, x.metadata);
+        live[i] = x.offset;
+    }
+    double t0 = now();
+    for (int i = 0; i < STEPS; i++) {
+        uint32 v = victims[i];
+        auto it = meta.find(live[v]);
+        a.free(Allocation{it->first, it->second});
+        meta.erase(it);
+        Allocation x = a.allocate(sizes[i]);
+        if (x.offset == Allocation::NO_SPACE) exit(3);
+        meta.emplace(x.offset, x.metadata);
+        live[v] = x.offset;
+    }
+    return (now() - t0) * 1e9 / STEPS;
+}
+
 static double lifo() {
     static uint32 sizes[LIFO_N];
     static Allocation got[LIFO_N];
@@ -50,11 +84,13 @@ static double lifo() {
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : RUNS;
     if (runs < 1 || runs > 99) runs = RUNS;
-    double s[99], l[99];
+    double s[99], l[99], b[99];
     for (int i = 0; i < runs; i++) {
         s[i] = steady();
         l[i] = lifo();
+        b[i] = steady_by_offset();
     }
     printf("steady_ns_per_pair %.2f\nlifo_ns_per_pair %.2f\n", median(s, runs), median(l, runs));
+    printf("steady_by_offset_ns_per_pair %.2f\n", median(b, runs));
     return 0;
 }

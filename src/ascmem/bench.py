@@ -128,7 +128,8 @@ def c_core(runs, peer=True):
     sdist; skipped when that fails).  The two alternate, run by run, so their
     ratio comes from one stretch of machine time.  Returns a dict of ns per
     pair (steady, lifo, steady_single_threaded, lifo_single_threaded, batch,
-    and offset_steady, offset_lifo when the peer was built) or None."""
+    and offset_steady, offset_lifo, offset_steady_by_offset when the peer was
+    built) or None."""
     root = os.path.normpath(os.path.join(HERE, "..", ".."))
     bench_dir = os.path.join(root, "benchmarks", "c")
     src = os.path.join(bench_dir, "bench_core.c")
@@ -156,7 +157,7 @@ def c_core(runs, peer=True):
     for key in ("steady", "lifo", "steady_single_threaded", "lifo_single_threaded", "batch"):
         result[key] = float(np.median([r[f"{key}_ns_per_pair"] for r in ours]))
     if theirs:
-        for key in ("steady", "lifo"):
+        for key in ("steady", "lifo", "steady_by_offset"):
             result[f"offset_{key}"] = float(np.median([r[f"{key}_ns_per_pair"] for r in theirs]))
     return result
 
@@ -241,6 +242,10 @@ def main(argv=None):
                   f"{core['lifo'] / core['offset_lifo']:.2f}x, single-threaded "
                   f"{core['steady_single_threaded'] / core['offset_steady']:.2f}x / "
                   f"{core['lifo_single_threaded'] / core['offset_lifo']:.2f}x (steady / LIFO)")
+            print(f"OffsetAllocator freeing by offset (its caller keeps offset -> node in a "
+                  f"std::unordered_map, as a free-by-address caller must): steady "
+                  f"{core['offset_steady_by_offset']:.1f}; ascmem / that: "
+                  f"{core['steady'] / core['offset_steady_by_offset']:.2f}x")
 
     host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
     print(f"8 MiB host buffer: pool acquire+release {host['pool'] / 1e3:.2f} us "
