@@ -64,8 +64,16 @@ def python_pairs(number, repeat):
     for _ in range(repeat):
         for key, timer in timers.items():
             samples[key].append(timer.timeit(number) / number * 1e9)
-    return [{"peer": name, "size": n, "ns": statistics.median(samples[(name, n)])}
+    return [{"peer": name, "size": n, "ns": statistics.median(samples[(name, n)]),
+             "samples": samples[(name, n)]}
             for n in SIZES for name, _ in peers]
+
+
+def paired_ratio(a, b):
+    """Median over repeats of a's time / b's time in the same repeat: each
+    repeat measures every peer within a fraction of a second, so a slow spell
+    of the host cancels in the quotient (a ratio of two medians does not)."""
+    return statistics.median(x / y for x, y in zip(a["samples"], b["samples"]))
 
 
 def batch_pairs(count, repeat):
@@ -209,23 +217,25 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs; medians of {repeat} runs{pinned}")
 
     rows = python_pairs(number, repeat)
-    floor = {r["size"]: r["ns"] for r in rows if r["peer"].startswith("floor")}
-    tlsf = {r["size"]: r["ns"] for r in rows if r["peer"] == "tlsfallocator"}
-    pool = {r["size"]: r["ns"] for r in rows if r["peer"] == "ascmem Pool"}
-    print("\nalloc+free pair from Python, median ns (ratio to the floor; to tlsfallocator)")
+    by = {(r["peer"], r["size"]): r for r in rows}
+    print("\nalloc+free pair from Python, median ns (median of same-repeat ratios to the floor; "
+          "to tlsfallocator)")
     print(f"{'peer':24s}" + "".join(f"{_size(n):>26s}" for n in SIZES))
     for peer in dict.fromkeys(r["peer"] for r in rows):
         cells = []
         for n in SIZES:
-            ns = next(r["ns"] for r in rows if r["peer"] == peer and r["size"] == n)
-            t = f"; {ns / tlsf[n]:.2f}x" if n in tlsf else ""
-            cells.append(f"{ns:8.1f} ({ns / floor[n]:.2f}x{t})")
+            r = by[(peer, n)]
+            floor_ratio = paired_ratio(r, by[("floor (NoopPool)", n)])
+            t = (f"; {paired_ratio(r, by[('tlsfallocator', n)]):.2f}x"
+                 if ("tlsfallocator", n) in by else "")
+            cells.append(f"{r['ns']:8.1f} ({floor_ratio:.2f}x{t})")
         print(f"{peer:24s}" + "".join(f"{c:>26s}" for c in cells))
-    dev = {r["size"]: r["ns"] for r in rows if r["peer"] == "ascmem Device.malloc"}
-    print("Device pair / Pool pair: " + ", ".join(f"{_size(n)} {dev[n] / pool[n]:.2f}x" for n in SIZES))
+    print("Device pair / Pool pair: " + ", ".join(
+        f"{_size(n)} {paired_ratio(by[('ascmem Device.malloc', n)], by[('ascmem Pool', n)]):.2f}x"
+        for n in SIZES))
 
     count = 2000 if args.quick else 100_000
-    batch = batch_pairs(count, 3 if args.quick else 7)
+    batch = batch_pairs(count, 3 if args.quick else 15)
     print(f"\nalloc_many + free_many of {count:,} mixed sizes: {batch:.1f} ns per pair")
     core = None if args.no_c else c_core(1 if args.quick else 9, peer=not args.quick)
     if core:
