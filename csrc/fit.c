@@ -40,9 +40,9 @@ static inline uint32_t bin_of(uint64_t len) {
     return (1u << SUB) + ((fl - SUB) << SUB) + (uint32_t)((len >> (fl - SUB)) & ((1u << SUB) - 1));
 }
 
-static inline void bin_insert(ascm_fit *f, uint32_t i) {
+/* Puts free node i in bin b (its bin: bin_of(len)). */
+static inline void bin_insert_at(ascm_fit *f, uint32_t i, uint32_t b) {
     ascm_fit_node *n = &f->nodes[i];
-    uint32_t b = bin_of(n->len);
     n->bin = (uint16_t)b;
     n->is_free = 1;
     n->prev_free = ASCM_NODE_NONE;
@@ -52,6 +52,10 @@ static inline void bin_insert(ascm_fit *f, uint32_t i) {
     f->bin_bits[b >> 6] |= 1ull << (b & 63);
     f->bin_words |= 1ull << (b >> 6);
     f->free_units += n->len;
+}
+
+static inline void bin_insert(ascm_fit *f, uint32_t i) {
+    bin_insert_at(f, i, bin_of(f->nodes[i].len));
 }
 
 static inline void bin_remove(ascm_fit *f, uint32_t i) {
@@ -170,9 +174,33 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
      * alignment or high; an exact fit (the commonest case in the steady
      * benchmark) needs no node at all. */
     if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
-    bin_remove(f, x);
     ascm_fit_node *blk = &f->nodes[x];
     if (high && blk->len < n * HIGH_REGION) high = 0;
+    uint32_t rest_bin = blk->len > n ? bin_of(blk->len - n) : 0; /* of the part after a low carve */
+    if (!high && rest_bin == blk->bin && blk->len > n && !(blk->off & (align_units - 1))) {
+        /* Carving the low end of a free block whose rest stays in the same
+         * bin (a large free region: LIFO and batch use): the free block keeps
+         * its node and its place in the bin, the carved part gets a new node,
+         * and no bin list is touched. */
+        uint32_t u = node_take(f);
+        ascm_fit_node *used = &f->nodes[u];
+        used->off = blk->off;
+        used->len = (uint32_t)n;
+        used->prev_phys = blk->prev_phys;
+        used->next_phys = x;
+        if (used->prev_phys) f->nodes[used->prev_phys].next_phys = u;
+        used->is_free = 0;
+        used->is_slab = 0;
+        used->slack = 0;
+        blk->prev_phys = u;
+        blk->off += (uint32_t)n;
+        blk->len -= (uint32_t)n;
+        f->free_units -= n;
+        *out = u;
+        return ASCM_OK;
+    }
+    bin_remove(f, x);
+    uint32_t whole_off = blk->off;
     uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
                           : (blk->off + align_units - 1) & ~(align_units - 1);
     if (start > blk->off) { /* the part before start stays free */
@@ -198,7 +226,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
         blk->next_phys = tail_node;
         blk->len = (uint32_t)n;
-        bin_insert(f, tail_node);
+        bin_insert_at(f, tail_node, start == whole_off ? rest_bin : bin_of(t->len));
     }
     blk->slack = 0;
     blk->is_slab = 0;
