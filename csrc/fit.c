@@ -176,8 +176,9 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
     if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     ascm_fit_node *blk = &f->nodes[x];
     if (high && blk->len < n * HIGH_REGION) high = 0;
-    uint32_t rest_bin = blk->len > n ? bin_of(blk->len - n) : 0; /* of the part after a low carve */
-    if (!high && rest_bin == blk->bin && blk->len > n && !(blk->off & (align_units - 1))) {
+    uint32_t rest_bin = ASCM_FIT_BINS; /* bin of the part after a low carve, once known */
+    if (!high && blk->len > n && !(blk->off & (align_units - 1)) &&
+        (rest_bin = bin_of(blk->len - n)) == blk->bin) {
         /* Carving the low end of a free block whose rest stays in the same
          * bin (a large free region: LIFO and batch use): the free block keeps
          * its node and its place in the bin, the carved part gets a new node,
@@ -226,7 +227,8 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
         blk->next_phys = tail_node;
         blk->len = (uint32_t)n;
-        bin_insert_at(f, tail_node, start == whole_off ? rest_bin : bin_of(t->len));
+        bin_insert_at(f, tail_node,
+                      start == whole_off && rest_bin != ASCM_FIT_BINS ? rest_bin : bin_of(t->len));
     }
     blk->slack = 0;
     blk->is_slab = 0;
