@@ -327,9 +327,10 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
     return st;
 }
 
-ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind) {
+/* The chunk's pool that holds addr among the kinds in kind_mask, or NULL. */
+static ascm_pool *chunk_at(const ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
     for (int k = 0; k < ASCM_KINDS; k++) {
-        chunk_table *t = table_of(d, k);
+        chunk_table *t = (kind_mask >> k) & 1u ? table_of(d, k) : NULL;
         for (uint32_t i = 0; t && i < t->n; i++)
             if (addr >= t->c[i].base && addr - t->c[i].base < t->c[i].size) {
                 if (kind) *kind = k;
@@ -340,6 +341,10 @@ ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind) {
     return NULL;
 }
 
+ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind) {
+    return chunk_at(d, addr, (1u << ASCM_KINDS) - 1, kind);
+}
+
 int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
     int k;
     ascm_device_pool_at(d, addr, &k);
@@ -347,14 +352,8 @@ int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
 }
 
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
-    for (int k = 0; k < ASCM_KINDS; k++) { /* the kinds the caller expects first */
-        chunk_table *t = (kind_mask >> k) & 1u ? table_of(d, k) : NULL;
-        for (uint32_t i = 0; t && i < t->n; i++)
-            if (addr >= t->c[i].base && addr - t->c[i].base < t->c[i].size) {
-                *kind = k;
-                return ascm_pool_free(t->c[i].pool, addr);
-            }
-    }
+    ascm_pool *p = chunk_at(d, addr, kind_mask, kind); /* the kinds the caller expects first */
+    if (p) return ascm_pool_free(p, addr);
     ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
     return ASCM_ERR_BADFREE;
 }

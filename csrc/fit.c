@@ -40,9 +40,9 @@ static inline uint32_t bin_of(uint64_t len) {
     return (1u << SUB) + ((fl - SUB) << SUB) + (uint32_t)((len >> (fl - SUB)) & ((1u << SUB) - 1));
 }
 
-/* Puts free node i in bin b (its bin: bin_of(len)). */
-static inline void bin_insert_at(ascm_fit *f, uint32_t i, uint32_t b) {
+static inline void bin_insert(ascm_fit *f, uint32_t i) {
     ascm_fit_node *n = &f->nodes[i];
+    uint32_t b = bin_of(n->len);
     n->bin = (uint16_t)b;
     n->is_free = 1;
     n->prev_free = ASCM_NODE_NONE;
@@ -52,10 +52,6 @@ static inline void bin_insert_at(ascm_fit *f, uint32_t i, uint32_t b) {
     f->bin_bits[b >> 6] |= 1ull << (b & 63);
     f->bin_words |= 1ull << (b >> 6);
     f->free_units += n->len;
-}
-
-static inline void bin_insert(ascm_fit *f, uint32_t i) {
-    bin_insert_at(f, i, bin_of(f->nodes[i].len));
 }
 
 static inline void bin_remove(ascm_fit *f, uint32_t i) {
@@ -113,6 +109,22 @@ static inline void node_recycle(ascm_fit *f, uint32_t i) {
     f->nodes[i].is_slab = 0;
     f->nodes[i].next_free = f->recycled;
     f->recycled = i;
+}
+
+/* A new node for the first len units of block x, linked in before it; x
+ * keeps the rest.  Bins are the caller's business. */
+static inline uint32_t split_front(ascm_fit *f, uint32_t x, uint32_t len) {
+    uint32_t i = node_take(f);
+    ascm_fit_node *n = &f->nodes[i], *blk = &f->nodes[x];
+    n->off = blk->off;
+    n->len = len;
+    n->prev_phys = blk->prev_phys;
+    n->next_phys = x;
+    if (n->prev_phys) f->nodes[n->prev_phys].next_phys = i;
+    blk->prev_phys = i;
+    blk->off += len;
+    blk->len -= len;
+    return i;
 }
 
 void ascm_fit_reset(ascm_fit *f) {
@@ -176,47 +188,26 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
     if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     ascm_fit_node *blk = &f->nodes[x];
     if (high && blk->len < n * HIGH_REGION) high = 0;
-    uint32_t rest_bin = ASCM_FIT_BINS; /* bin of the part after a low carve, once known */
     if (!high && blk->len > n && !(blk->off & (align_units - 1)) &&
-        (rest_bin = bin_of(blk->len - n)) == blk->bin) {
+        bin_of(blk->len - n) == blk->bin) {
         /* Carving the low end of a free block whose rest stays in the same
          * bin (a large free region: LIFO and batch use): the free block keeps
          * its node and its place in the bin, the carved part gets a new node,
          * and no bin list is touched. */
-        uint32_t u = node_take(f);
+        uint32_t u = split_front(f, x, (uint32_t)n);
         ascm_fit_node *used = &f->nodes[u];
-        used->off = blk->off;
-        used->len = (uint32_t)n;
-        used->prev_phys = blk->prev_phys;
-        used->next_phys = x;
-        if (used->prev_phys) f->nodes[used->prev_phys].next_phys = u;
         used->is_free = 0;
         used->is_slab = 0;
         used->slack = 0;
-        blk->prev_phys = u;
-        blk->off += (uint32_t)n;
-        blk->len -= (uint32_t)n;
         f->free_units -= n;
         *out = u;
         return ASCM_OK;
     }
     bin_remove(f, x);
-    uint32_t whole_off = blk->off;
     uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
                           : (blk->off + align_units - 1) & ~(align_units - 1);
-    if (start > blk->off) { /* the part before start stays free */
-        uint32_t head_node = node_take(f);
-        ascm_fit_node *h = &f->nodes[head_node];
-        h->off = blk->off;
-        h->len = (uint32_t)(start - blk->off);
-        h->prev_phys = blk->prev_phys;
-        h->next_phys = x;
-        if (h->prev_phys) f->nodes[h->prev_phys].next_phys = head_node;
-        blk->prev_phys = head_node;
-        blk->len -= h->len;
-        blk->off = (uint32_t)start;
-        bin_insert(f, head_node);
-    }
+    if (start > blk->off) /* the part before start stays free */
+        bin_insert(f, split_front(f, x, (uint32_t)(start - blk->off)));
     if (blk->len > n) { /* the part after start + n stays free */
         uint32_t tail_node = node_take(f);
         ascm_fit_node *t = &f->nodes[tail_node];
@@ -227,8 +218,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
         blk->next_phys = tail_node;
         blk->len = (uint32_t)n;
-        bin_insert_at(f, tail_node,
-                      start == whole_off && rest_bin != ASCM_FIT_BINS ? rest_bin : bin_of(t->len));
+        bin_insert(f, tail_node);
     }
     blk->slack = 0;
     blk->is_slab = 0;

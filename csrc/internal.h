@@ -305,6 +305,14 @@ static inline uint32_t ascm_slab_at(const ascm_pool *p, uint64_t off) {
     return ascm_map_get(&p->slabmap, (uint32_t)(off >> p->sgshift));
 }
 
+/* The slab of the last slab free, whose range free_locked checks before the
+ * maps; si 0 forgets it. */
+static inline void ascm_slab_remember(ascm_pool *p, uint32_t si) {
+    p->hot_slab = si;
+    p->hot_off = si ? p->slabs[si]->off : 0;
+    p->hot_len = si ? p->classes[p->slabs[si]->cls].slab_bytes : 0;
+}
+
 /* Slot of off in s, or -1 if off is not the start of a live slot. */
 static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
     const ascm_slab_class *k = &p->classes[s->cls];

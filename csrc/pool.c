@@ -46,6 +46,14 @@ static inline uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
     return dropped;
 }
 
+/* A request in units, and its alignment in units (1: any unit). */
+static inline uint64_t units_for(const ascm_pool *p, uint64_t bytes) {
+    return (bytes + p->gran - 1) >> p->gshift;
+}
+static inline uint64_t align_units_for(const ascm_pool *p, uint64_t align) {
+    return align > p->gran ? align >> p->gshift : 1;
+}
+
 /* Charges the pages of a block the fit path has set aside; on a budget
  * refusal nothing stays charged. */
 static inline int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
@@ -76,9 +84,7 @@ static inline void flush_last_freed(ascm_pool *p) {
 int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                          int high, uint32_t *node) {
     flush_last_freed(p);
-    uint64_t n = (bytes + p->gran - 1) >> p->gshift;
-    uint64_t align_units = align > p->gran ? align >> p->gshift : 1;
-    int st = ascm_fit_take(&p->fit, n, align_units, high, node);
+    int st = ascm_fit_take(&p->fit, units_for(p, bytes), align_units_for(p, align), high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
     if (charge_block(p, blk) != ASCM_OK) {
@@ -100,9 +106,8 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t al
     uint32_t node = p->last_freed;
     if (!node) return ASCM_NODE_NONE;
     ascm_fit_node *blk = &p->fit.nodes[node];
-    uint64_t n = (size + p->gran - 1) >> p->gshift;
-    uint64_t align_units = align > p->gran ? align >> p->gshift : 1;
-    if (blk->len != n || (blk->off & (align_units - 1)) || charge_block(p, blk) != ASCM_OK)
+    uint64_t n = units_for(p, size);
+    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) || charge_block(p, blk) != ASCM_OK)
         return ASCM_NODE_NONE;
     p->last_freed = ASCM_NODE_NONE;
     blk->slack = (uint32_t)((n << p->gshift) - size);
@@ -256,9 +261,7 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
             if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
             /* later frees into this slab skip the maps; set before the free,
              * which may release the slab (and then clears this) */
-            p->hot_slab = si;
-            p->hot_off = p->slabs[si]->off;
-            p->hot_len = p->classes[p->slabs[si]->cls].slab_bytes;
+            ascm_slab_remember(p, si);
         }
         int st = ascm_slab_free(p, si, off, &usable, &requested);
         if (st != ASCM_OK) return st;
@@ -435,7 +438,7 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
     if (check_request(p, size, align) != ASCM_OK) return 0;
     int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
     if (cls >= 0) return p->classes[cls].size;
-    return ((size + p->gran - 1) >> p->gshift) << p->gshift;
+    return units_for(p, size) << p->gshift;
 }
 
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align) {
@@ -504,9 +507,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     if (!refs) return ASCM_ERR_HOSTMEM;
     uint64_t large = 0;
     if (p->last_freed) {
-        const ascm_fit_node *n = &p->fit.nodes[p->last_freed];
-        if (p->last_freed >= p->fit.nused || !n->len || n->is_free || n->is_slab ||
-            ascm_map_get(&p->blocks, n->off) != 0)
+        const ascm_fit_node *n = p->last_freed < p->fit.nused ? &p->fit.nodes[p->last_freed] : NULL;
+        if (!n || !n->len || n->is_free || n->is_slab || ascm_map_get(&p->blocks, n->off) != 0)
             st = ascm_fail(msg, msglen, "the kept last freed block is not a freed large block");
     }
     for (uint32_t i = 1; i < p->fit.nused && st == ASCM_OK; i++) {

@@ -122,7 +122,7 @@ int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
 static void slab_release(ascm_pool *p, uint32_t si) {
     ascm_slab *s = p->slabs[si];
     ascm_slab_class *k = &p->classes[s->cls];
-    if (p->hot_slab == si) p->hot_slab = 0, p->hot_off = p->hot_len = 0;
+    if (p->hot_slab == si) ascm_slab_remember(p, 0);
     ascm_slab_list_unlink(p, k, si);
     map_slab(p, s->off, k->slab_bytes, 0);
     ascm_pool_give_block(p, s->node);
@@ -176,8 +176,7 @@ void ascm_slab_release_all(ascm_pool *p) {
     free(p->slabs);
     p->slabs = NULL;
     p->nslabs_cap = p->nslabs_used = p->slab_recycled = 0;
-    p->hot_slab = 0;
-    p->hot_off = p->hot_len = 0;
+    ascm_slab_remember(p, 0);
     p->slab_bytes = 0;
     for (int c = 0; c < ASCM_SLAB_CLASSES; c++) p->classes[c].partial = p->classes[c].empty = 0;
 }
