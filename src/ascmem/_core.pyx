@@ -40,10 +40,18 @@ cdef object _numpy():
 
 # ---- argument conversion: bad input becomes InvalidArgumentError ----------
 
+cdef inline uint64_t _long_as_u64(object v) noexcept:
+    """An int (or int subclass) as uint64; (uint64_t)-1 with an exception set
+    when it is negative or too large."""
+    if sizeof(unsigned long) == 8:
+        return PyLong_AsUnsignedLong(v)
+    return PyLong_AsUnsignedLongLong(v)
+
+
 cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
     cdef uint64_t r
     if PyLong_Check(v) and not PyBool_Check(v):  # int subclasses, e.g. the Policy IntEnum
-        r = PyLong_AsUnsignedLong(v) if sizeof(unsigned long) == 8 else PyLong_AsUnsignedLongLong(v)
+        r = _long_as_u64(v)
         if not (r == <uint64_t>-1 and PyErr_Occurred()):
             return r
         PyErr_Clear()  # negative or too large: the messages below
@@ -60,10 +68,7 @@ cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
 cdef inline uint64_t as_u64(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
     cdef uint64_t r
     if PyLong_CheckExact(v):
-        if sizeof(unsigned long) == 8:
-            r = PyLong_AsUnsignedLong(v)
-        else:
-            r = PyLong_AsUnsignedLongLong(v)
+        r = _long_as_u64(v)
         if r == <uint64_t>-1 and PyErr_Occurred():
             PyErr_Clear()
             return _as_u64_slow(v, what)

@@ -402,7 +402,7 @@ cdef class Device:
         request gets, is handed back at once."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef uint32_t pol = 0 if policy is 0 else _policy(policy)  # the default, without a conversion
+        cdef uint32_t pol = _policy(policy)
         if stream is not None and stream in self._pending:
             addr = self._reuse(stream, n, pol, ASCM_SIZE_MALLOC)
             if addr:
@@ -421,7 +421,7 @@ cdef class Device:
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
         cdef uint64_t addr, n = as_u64(size, "size")
         cdef int kind, events
-        cdef uint32_t pol = 0 if policy is 0 else _policy(policy)  # the default, without a conversion
+        cdef uint32_t pol = _policy(policy)
         if stream is not None and stream in self._pending:
             addr = self._reuse(stream, n, pol, ASCM_SIZE_ALIGN32)
             if addr:
@@ -1067,6 +1067,8 @@ cdef class Device:
 
 
 cdef inline uint32_t _policy(object policy) except? 0xFFFFFFFF:
+    if policy is 0:  # the default (a cached int): no conversion call
+        return 0
     cdef uint64_t p = as_u64(policy, "policy")
     return <uint32_t>p if p < 0xFFFFFFFF else 0xFFFFFFFE  # still out of range, as CANN sees it
 
