@@ -29,7 +29,9 @@ typedef enum ascm_status {
     ASCM_ERR_BADFREE = 3,  /* address is not the start of a live block */
     ASCM_ERR_CORRUPT = 4,  /* an invariant does not hold (check()) */
     ASCM_ERR_HOSTMEM = 5,  /* the host could not give memory for metadata */
-    ASCM_ERR_BUDGET = 6    /* room in the range, but the page budget said no */
+    ASCM_ERR_BUDGET = 6,   /* room in the range, but the page budget said no */
+    /* 7 is ASCM_ERR_UNSUPPORTED, below */
+    ASCM_ERR_CLOSED = 8    /* the device is closed, or a reset is in progress */
 } ascm_status;
 
 /* Counters every allocator keeps.  Sizes in bytes. */
@@ -39,7 +41,7 @@ typedef struct ascm_stats {
     uint64_t requested;      /* bytes callers asked for, over live blocks */
     uint64_t peak_used;
     uint64_t peak_requested;
-    uint64_t free;           /* bytes not held by any block or slab */
+    uint64_t free;           /* bytes free now: free space plus cached empty slabs */
     uint64_t largest_free;   /* largest single request that would succeed now */
     uint64_t live_count;
     uint64_t alloc_count;    /* successful allocations */
@@ -49,6 +51,9 @@ typedef struct ascm_stats {
     uint64_t page_size;
     uint64_t slab_bytes;     /* bytes held by slabs (pool only) */
     uint64_t metadata_bytes; /* host bytes of out-of-band metadata */
+    /* appended in C API version 3 */
+    uint64_t cached_bytes;   /* empty slabs kept as spares (in free; given back on demand) */
+    uint64_t peak_live_count;
 } ascm_stats;
 
 /* ---- buddy allocator ---------------------------------------------------- */
@@ -189,9 +194,16 @@ typedef struct ascm_route {
 } ascm_route;
 /* ASCM_OK, or the status the request fails with before any pool is asked. */
 int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode, ascm_route *r);
-/* mode: ASCM_SIZE_*; policy: aclrtMemMallocPolicy (ignored for DVPP/HOST). */
+/* mode: ASCM_SIZE_*; policy: aclrtMemMallocPolicy (ignored for DVPP/HOST).
+ * A refusal for lack of room or budget counts once in the kind's
+ * failed_count (the kind last tried, reported in *kind). */
 int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                        int *kind, int *events);
+/* The same without counting a refusal, for callers that retry (after
+ * freeing caches) and count the request once when they give up. */
+int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                           int *kind, int *events);
+void ascm_device_count_failure(ascm_device *d, int kind);
 /* kind_mask: kinds the address may belong to (bit per kind). */
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
 int ascm_device_kind_of(const ascm_device *d, uint64_t addr);  /* -1: none */
@@ -207,6 +219,14 @@ uint64_t ascm_device_generation(const ascm_device *d, int kind);
  * else the sum of the chunks' peaks, an upper bound). */
 void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out);
 void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx);
+/* Asked, with no lock held and outside the gate, to give chunks that hold no
+ * live block back to their upstream (torch's empty_cache through the
+ * pluggable reset hook); returns the bytes given back. */
+typedef uint64_t (*ascm_release_fn)(void *ctx);
+void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx);
+uint64_t ascm_device_release_idle(ascm_device *d); /* calls the hook, if any */
+/* Gives every pool's spare slabs back (and their pages to the budget). */
+uint64_t ascm_device_trim(ascm_device *d);
 /* A new chunk [base, base + size) for the kind (ranges must not overlap). */
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);
 /* Closes every chunk of the kind that holds no live block (after giving its
@@ -214,8 +234,26 @@ int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size
  * their ranges for the caller to give back upstream. */
 int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max,
                               int *count);
-/* Recreates every pool empty at new bases; the budget keeps its settings. */
+/* Recreates every pool empty at new bases; the budget keeps its settings.
+ * Waits out callers inside the device first (see the gate below). */
 int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]);
+
+/* The gate.  ascm_device_malloc/try_malloc/free count themselves in and out;
+ * other callers that reach the pools without the GIL (walks, statistics from
+ * another thread) bracket their calls with enter (0: refused, the device is
+ * closed or being reset) and leave.  quiesce shuts the gate and waits until
+ * no caller is inside; call it without holding anything a caller inside may
+ * wait for (with Python: without the GIL).  reopen undoes one quiesce.
+ * close shuts the gate for good: every later call gets ASCM_ERR_CLOSED, and
+ * the device's memory stays valid until destroy. */
+int ascm_device_enter(ascm_device *d);
+void ascm_device_leave(ascm_device *d);
+void ascm_device_quiesce(ascm_device *d);
+void ascm_device_reopen(ascm_device *d);
+int ascm_device_close(ascm_device *d);
+int ascm_device_is_closed(const ascm_device *d);
+/* Yields until a reset in progress is over; ASCM_ERR_CLOSED if closed. */
+int ascm_device_wait_open(ascm_device *d);
 void ascm_device_budget(ascm_device *d, ascm_budget *out);
 /* Takes (delta > 0) or gives back fixed runtime memory from shared. */
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta);
@@ -235,6 +273,11 @@ enum { ASCM_OS_NORMAL = 0, ASCM_OS_THP = 1, ASCM_OS_HUGETLB = 2 };
  * transparent huge pages advised; *got says which (ASCM_OS_*). */
 int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got);
 int ascm_os_release(uint64_t addr, uint64_t size);
+/* Frees the memory of a reserved range but keeps its addresses reserved and
+ * inaccessible (ascm_os_release ends the reservation). */
+int ascm_os_quarantine(uint64_t addr, uint64_t size);
+/* Bytes of [addr, addr + size) backed by memory now (mincore). */
+uint64_t ascm_os_resident(uint64_t addr, uint64_t size);
 /* Hands the pages of [addr, addr + size) back to the OS; they read as zero after. */
 int ascm_os_discard(uint64_t addr, uint64_t size);
 /* Calls fn(ctx, addr, size, 0) for each free span of the large-block path. */

@@ -38,6 +38,8 @@ const char *ascm_status_str(int status) {
     case ASCM_ERR_CORRUPT: return "allocator state is corrupt";
     case ASCM_ERR_HOSTMEM: return "host memory for metadata ran out";
     case ASCM_ERR_BUDGET: return "page budget exhausted";
+    case ASCM_ERR_UNSUPPORTED: return "not supported by this product";
+    case ASCM_ERR_CLOSED: return "the device is closed or being reset";
     default: return "unknown status";
     }
 }

@@ -16,9 +16,17 @@
  * lock while another thread grows or shrinks the kind; replaced tables and
  * retired pools are kept until reset or destroy, since a reader may still
  * hold them (a retired pool is closed: it refuses allocations).
+ *
+ * The gate: callers without the GIL (the capsule, cimport's raw methods, the
+ * pluggable-allocator functions) may be inside the device while Python resets
+ * or closes it.  Every entry point that reads the chunk tables counts itself
+ * in (inflight) and refuses with ASCM_ERR_CLOSED while the gate is shut;
+ * reset and close shut it and wait for the count to drain before they free
+ * anything, so no call ever runs on a freed pool.
  */
 #include "internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 
 #define MIB (1024ull * 1024ull)
@@ -72,7 +80,64 @@ struct ascm_device {
     _Atomic uint64_t failed[ASCM_KINDS];
     ascm_grow_fn grow;
     void *grow_ctx;
+    ascm_release_fn release;
+    void *release_ctx;
+    /* the gate (see the top of this file), away from the fields above */
+    char gate_pad[64];
+    _Atomic uint64_t inflight;
+    _Atomic uint32_t shut;   /* quiesce() calls not yet reopened; closed devices stay shut */
+    _Atomic int closed;
+    ascm_fork_node fork_chunks, fork_budget;
 };
+
+static inline int gate_enter(ascm_device *d) {
+    atomic_fetch_add(&d->inflight, 1); /* sequentially consistent with quiesce's shut */
+    if (ASCM_LIKELY(!atomic_load(&d->shut))) return 1;
+    atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_release);
+    return 0;
+}
+
+static inline void gate_leave(ascm_device *d) {
+    atomic_fetch_sub_explicit(&d->inflight, 1, memory_order_release);
+}
+
+int ascm_device_enter(ascm_device *d) { return gate_enter(d); }
+void ascm_device_leave(ascm_device *d) { gate_leave(d); }
+
+void ascm_device_quiesce(ascm_device *d) {
+    atomic_fetch_add(&d->shut, 1);
+    for (unsigned spins = 0; atomic_load(&d->inflight); spins++) {
+        if (spins >= 64) {
+            sched_yield();
+            spins = 0;
+        }
+    }
+}
+
+void ascm_device_reopen(ascm_device *d) {
+    if (!atomic_load(&d->closed)) atomic_fetch_sub(&d->shut, 1);
+}
+
+int ascm_device_is_closed(const ascm_device *d) {
+    return atomic_load((_Atomic int *)&d->closed);
+}
+
+/* Waits, without spinning hard, until a reset in progress has reopened the
+ * gate; returns ASCM_ERR_CLOSED if the device is closed for good. */
+int ascm_device_wait_open(ascm_device *d) {
+    while (atomic_load(&d->shut)) {
+        if (atomic_load(&d->closed)) return ASCM_ERR_CLOSED;
+        sched_yield();
+    }
+    return ASCM_OK;
+}
+
+/* In a child of fork(): the parent's other threads are not here. */
+static void gate_in_child(ascm_fork_node *n) {
+    ascm_device *d = (ascm_device *)((char *)n - offsetof(ascm_device, fork_chunks));
+    atomic_store(&d->inflight, 0);
+    atomic_store(&d->shut, atomic_load(&d->closed) ? 1u : 0u);
+}
 
 static const uint64_t kind_page[ASCM_KINDS] = {2 * MIB, 0, 2 * MIB, 0, 1024 * MIB};
 
@@ -179,17 +244,29 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
         ascm_device_destroy(d);
         return st;
     }
+    ascm_fork_register(&d->fork_chunks, &d->chunks_lock, ASCM_FORK_CHUNKS, gate_in_child);
+    ascm_fork_register(&d->fork_budget, &d->lock, ASCM_FORK_BUDGET, NULL);
     *out = d;
     return ASCM_OK;
 }
 
 void ascm_device_destroy(ascm_device *d) {
     if (!d) return;
+    ascm_fork_unregister(&d->fork_chunks);
+    ascm_fork_unregister(&d->fork_budget);
     drop_pools(d);
     free(d);
 }
 
+int ascm_device_close(ascm_device *d) {
+    if (atomic_exchange(&d->closed, 1)) return ASCM_OK;
+    ascm_device_quiesce(d); /* and stays shut: every later call gets ASCM_ERR_CLOSED */
+    return ASCM_OK;
+}
+
 int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
+    if (atomic_load(&d->closed)) return ASCM_ERR_CLOSED;
+    ascm_device_quiesce(d); /* no caller is inside while the pools are swapped */
     drop_pools(d);
     for (int k = 0; k < ASCM_KINDS; k++) d->base[k] = base[k];
     ascm_lock_acquire(&d->lock);
@@ -197,12 +274,22 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
     d->b.peak_huge = d->b.huge_used;
     d->b.peak_normal = d->b.normal_used;
     ascm_lock_release(&d->lock);
-    return make_pools(d);
+    int st = make_pools(d);
+    ascm_device_reopen(d);
+    return st;
 }
 
+/* Rounds of the grow hook one request may ask for.  The hook says yes only
+ * when the kind's chunks changed (it grew them, or another thread did), so
+ * the rounds end when the kind is at its maximum; the bound only stops a
+ * livelock of threads that keep taking each other's new chunks. */
+#define GROW_ROUNDS (4 * ASCM_MAX_CHUNKS)
+
 /* Every chunk of the kind in turn, from chunk `first` in the first round;
- * then, if the kind can grow and its chunks were full (not over budget), the
- * grow hook and one more round.  st: the status of the chunks before first. */
+ * then, while the kind can grow and its chunks were full (not over budget),
+ * the grow hook and another round.  st: the status of the chunks before
+ * first.  A request that fits under the maximum is not refused because
+ * another thread grew the kind first: that thread's chunk is tried next. */
 static int try_chunks(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr,
                       uint32_t first, int st) {
     for (int round = 0;; round++, first = 0, st = ASCM_ERR_NOMEM) {
@@ -213,11 +300,9 @@ static int try_chunks(ascm_device *d, int kind, uint64_t size, uint64_t align, u
             if (got == ASCM_OK || got == ASCM_ERR_INVAL) return got;
             if (got == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) st = got;
         }
-        if (st != ASCM_ERR_NOMEM || round || !d->growable[kind] || !d->grow ||
-            d->grow(d->grow_ctx, kind, size, align, t->generation) != ASCM_OK) {
-            atomic_fetch_add_explicit(&d->failed[kind], 1, memory_order_relaxed);
+        if (st != ASCM_ERR_NOMEM || round >= GROW_ROUNDS || !d->growable[kind] || !d->grow ||
+            d->grow(d->grow_ctx, kind, size, align, t->generation) != ASCM_OK)
             return st;
-        }
     }
 }
 
@@ -306,8 +391,8 @@ static int media_over_90(ascm_device *d) {
     return used * 10 > capacity * 9;
 }
 
-int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
-                       int *kind, int *events) {
+static int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                      int *kind, int *events) {
     *events = 0;
     *kind = -1;
     ascm_route r;
@@ -324,6 +409,29 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
         if (st == ASCM_OK) *events |= ASCM_EVENT_HUGE_FALLBACK;
     }
     if (st == ASCM_OK && *kind == ASCM_KIND_DVPP && media_over_90(d)) *events |= ASCM_EVENT_MEDIA_90;
+    return st;
+}
+
+int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                           int *kind, int *events) {
+    if (ASCM_UNLIKELY(!gate_enter(d))) {
+        *events = 0;
+        *kind = -1;
+        return ASCM_ERR_CLOSED;
+    }
+    int st = device_try(d, size, policy, mode, addr, kind, events);
+    gate_leave(d);
+    return st;
+}
+
+void ascm_device_count_failure(ascm_device *d, int kind) {
+    if (kind >= 0 && kind < ASCM_KINDS) atomic_fetch_add_explicit(&d->failed[kind], 1, memory_order_relaxed);
+}
+
+int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                       int *kind, int *events) {
+    int st = ascm_device_try_malloc(d, size, policy, mode, addr, kind, events);
+    if (ASCM_UNLIKELY(st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET)) ascm_device_count_failure(d, *kind);
     return st;
 }
 
@@ -352,10 +460,16 @@ int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
 }
 
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
+    if (ASCM_UNLIKELY(!gate_enter(d))) {
+        *kind = -1;
+        return ASCM_ERR_CLOSED;
+    }
     ascm_pool *p = chunk_at(d, addr, kind_mask, kind); /* the kinds the caller expects first */
-    if (p) return ascm_pool_free(p, addr);
-    ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
-    return ASCM_ERR_BADFREE;
+    int st = ASCM_ERR_BADFREE;
+    if (p) st = ascm_pool_free(p, addr);
+    else ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
+    gate_leave(d);
+    return st;
 }
 
 ascm_pool *ascm_device_pool(ascm_device *d, int kind) {
@@ -391,6 +505,30 @@ void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx) {
     ascm_lock_release(&d->chunks_lock);
 }
 
+void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx) {
+    ascm_lock_acquire(&d->chunks_lock);
+    d->release_ctx = ctx;
+    d->release = fn;
+    ascm_lock_release(&d->chunks_lock);
+}
+
+uint64_t ascm_device_release_idle(ascm_device *d) {
+    ascm_lock_acquire(&d->chunks_lock);
+    ascm_release_fn fn = d->release;
+    void *ctx = d->release_ctx;
+    ascm_lock_release(&d->chunks_lock);
+    return fn ? fn(ctx) : 0;
+}
+
+uint64_t ascm_device_trim(ascm_device *d) {
+    uint64_t released = 0;
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) released += ascm_pool_trim(t->c[i].pool);
+    }
+    return released;
+}
+
 /* Keeps a replaced table or a retired pool until reset or destroy; r is
  * allocated by the caller beforehand, so that burying cannot fail. */
 static void bury(ascm_device *d, retired *r, chunk_table *table, ascm_pool *pool) {
@@ -401,31 +539,35 @@ static void bury(ascm_device *d, retired *r, chunk_table *table, ascm_pool *pool
 }
 
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size) {
-    if (kind < 0 || kind >= ASCM_KINDS || !size) return ASCM_ERR_INVAL;
-    ascm_lock_acquire(&d->chunks_lock);
-    chunk_table *t = table_of(d, kind), *fresh = NULL;
-    retired *grave = NULL;
-    int st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
-    for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
-        if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
-    if (st == ASCM_OK && (!(fresh = malloc(sizeof *fresh)) || !(grave = malloc(sizeof *grave))))
-        st = ASCM_ERR_HOSTMEM;
+    if (kind < 0 || kind >= ASCM_KINDS || !size || base + size < base) return ASCM_ERR_INVAL;
+    /* the pool is made before the chunks lock is taken: making one registers
+     * it for fork(), and no core lock may be held then (forksafe.c) */
+    ascm_pool *pool = NULL;
+    chunk_table *fresh = malloc(sizeof *fresh);
+    retired *grave = malloc(sizeof *grave);
+    int st = fresh && grave ? new_pool(d, kind, base, size, &pool) : ASCM_ERR_HOSTMEM;
     if (st == ASCM_OK) {
-        *fresh = *t;
-        st = new_pool(d, kind, base, size, &fresh->c[t->n].pool);
+        ascm_lock_acquire(&d->chunks_lock);
+        chunk_table *t = table_of(d, kind);
+        st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
+        for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
+            if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
+        if (st == ASCM_OK) {
+            *fresh = *t;
+            bury(d, grave, t, NULL);
+            fresh->c[t->n] = (chunk){.base = base, .size = size, .pool = pool};
+            fresh->n = t->n + 1;
+            fresh->generation = t->generation + 1;
+            atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
+            fresh = NULL;
+            grave = NULL;
+            pool = NULL;
+        }
+        ascm_lock_release(&d->chunks_lock);
     }
-    if (st != ASCM_OK) {
-        free(fresh);
-        free(grave);
-    } else {
-        bury(d, grave, t, NULL);
-        fresh->c[t->n].base = base;
-        fresh->c[t->n].size = size;
-        fresh->n = t->n + 1;
-        fresh->generation = t->generation + 1;
-        atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
-    }
-    ascm_lock_release(&d->chunks_lock);
+    free(fresh);
+    free(grave);
+    if (pool) ascm_pool_destroy(pool);
     return st;
 }
 
@@ -490,6 +632,8 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
         out->free += s.free;
         if (s.largest_free > out->largest_free) out->largest_free = s.largest_free;
         out->live_count += s.live_count;
+        out->peak_live_count += s.peak_live_count; /* several chunks: an upper bound */
+        out->cached_bytes += s.cached_bytes;
         out->alloc_count += s.alloc_count;
         out->free_count += s.free_count;
         out->pages_in_use += s.pages_in_use;

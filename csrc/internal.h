@@ -52,6 +52,21 @@ static inline void ascm_lock_release(ascm_lock *l) {
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
 
+/* ---- fork safety (forksafe.c): shared locks are taken around fork() ------ */
+
+enum { ASCM_FORK_CHUNKS = 0, ASCM_FORK_POOL = 1, ASCM_FORK_BUDGET = 2, ASCM_FORK_RANKS = 3 };
+
+typedef struct ascm_fork_node {
+    struct ascm_fork_node *prev, *next;
+    ascm_lock *lock;
+    void (*in_child)(struct ascm_fork_node *); /* optional: fix-ups in the child */
+} ascm_fork_node;
+
+/* Call with no core lock held (the registry's mutex is taken first). */
+void ascm_fork_register(ascm_fork_node *n, ascm_lock *lock, int rank,
+                        void (*in_child)(ascm_fork_node *));
+void ascm_fork_unregister(ascm_fork_node *n); /* no-op if never registered */
+
 /* ---- hierarchical bitmap: set/clear/test O(levels), first set bit O(levels) */
 
 #define ASCM_HBM_LEVELS 7 /* 64^7 bits: far beyond any range */
@@ -256,6 +271,7 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
 
 struct ascm_pool {
     ascm_lock lock;
+    ascm_fork_node fork;  /* locked pools are registered for fork() (forksafe.c) */
     int single_threaded;  /* take no lock: the caller serialises calls */
     int closed;           /* retired chunk: every allocation fails */
     uint64_t base, size, gran;
@@ -277,7 +293,7 @@ struct ascm_pool {
     uint64_t slab_bytes;
     /* statistics */
     uint64_t used, requested, peak_used, peak_requested;
-    uint64_t live_count, alloc_count, free_count, failed_count;
+    uint64_t live_count, alloc_count, free_count, failed_count, peak_live_count;
 };
 
 static inline void ascm_pool_lock(ascm_pool *p) {
@@ -366,6 +382,9 @@ void ascm_slab_release_all(ascm_pool *p);
 /* Gives every empty slab back to the large-block path; returns the bytes. */
 uint64_t ascm_slab_trim(ascm_pool *p);
 uint64_t ascm_slab_metadata_bytes(const ascm_pool *p);
+uint64_t ascm_slab_cached_bytes(const ascm_pool *p); /* bytes of empty spare slabs */
+/* 1 if the slab stored at byte offset off holds no live slot */
+int ascm_slab_is_empty_at(const ascm_pool *p, uint64_t off);
 int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t *requested,
                     char *msg, size_t msglen);
 void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);

@@ -23,6 +23,7 @@
  */
 #include "internal.h"
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -30,79 +31,121 @@
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEVICES 64
 
-static _Atomic(ascm_device *) registered[MAX_DEVICES];
+/* A slot per device index.  users counts the calls that have loaded the
+ * slot's device and not finished with it: unregistering waits for them, so
+ * Python may destroy the device once register() returns.  Each call also
+ * passes the device's own gate, which refuses it while a reset or close is
+ * under way. */
+typedef struct slot {
+    _Atomic(ascm_device *) device;
+    _Atomic uint64_t users;
+} slot;
+
+static slot slots[MAX_DEVICES];
 
 int ascm_pluggable_register(int device, ascm_device *d) {
     if (device < 0 || device >= MAX_DEVICES) return ASCM_ERR_INVAL;
-    atomic_store(&registered[device], d);
+    atomic_store(&slots[device].device, d);
+    while (atomic_load(&slots[device].users)) sched_yield(); /* calls that may hold the old one */
     return ASCM_OK;
 }
 
-static ascm_device *device_at(int device) {
-    return device >= 0 && device < MAX_DEVICES ? atomic_load(&registered[device]) : NULL;
+/* The device registered at index, entered (release with put()), or NULL. */
+static ascm_device *get(int device) {
+    if (device < 0 || device >= MAX_DEVICES) return NULL;
+    slot *s = &slots[device];
+    atomic_fetch_add(&s->users, 1);
+    ascm_device *d = atomic_load(&s->device);
+    if (d && ascm_device_enter(d)) return d;
+    atomic_fetch_sub(&s->users, 1);
+    return NULL;
 }
 
-/* the device a pointer belongs to, for calls that pass no device index */
-static ascm_device *device_of_ptr(uint64_t addr) {
+static void put(int device, ascm_device *d) {
+    ascm_device_leave(d);
+    atomic_fetch_sub(&slots[device].users, 1);
+}
+
+/* the index of the device a pointer belongs to, entered, for calls that pass
+ * no device index; -1 if none */
+static int index_of_ptr(uint64_t addr, ascm_device **out) {
     for (int i = 0; i < MAX_DEVICES; i++) {
-        ascm_device *d = atomic_load(&registered[i]);
-        if (d && ascm_device_kind_of(d, addr) >= 0) return d;
+        ascm_device *d = get(i);
+        if (!d) continue;
+        if (ascm_device_kind_of(d, addr) >= 0) {
+            *out = d;
+            return i;
+        }
+        put(i, d);
     }
-    return NULL;
+    return -1;
 }
 
 EXPORT void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream) {
     (void)stream;
-    ascm_device *d = device_at(device);
+    if (size <= 0) return NULL;
+    ascm_device *d = get(device);
+    if (!d) return NULL;
     uint64_t addr;
     int kind, events;
-    if (!d || size <= 0) return NULL;
-    if (ascm_device_malloc(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC, &addr, &kind,
-                           &events) != ASCM_OK)
-        return NULL;
-    return (void *)(uintptr_t)addr;
+    int st = ascm_device_malloc(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC, &addr, &kind,
+                                &events);
+    put(device, d);
+    return st == ASCM_OK ? (void *)(uintptr_t)addr : NULL;
 }
 
 EXPORT void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *stream) {
     (void)size;
     (void)stream;
-    ascm_device *d = device_at(device);
+    ascm_device *d = ptr ? get(device) : NULL;
     int kind;
-    if (d && ptr)
-        ascm_device_free(d, (uint64_t)(uintptr_t)ptr,
-                         (1u << ASCM_KIND_HUGE) | (1u << ASCM_KIND_NORMAL) | (1u << ASCM_KIND_HUGE1G),
-                         &kind);
+    if (!d) return;
+    ascm_device_free(d, (uint64_t)(uintptr_t)ptr,
+                     (1u << ASCM_KIND_HUGE) | (1u << ASCM_KIND_NORMAL) | (1u << ASCM_KIND_HUGE1G), &kind);
+    put(device, d);
 }
 
 EXPORT void ascmem_pluggable_init(int device_count) { (void)device_count; }
 
-/* torch calls this from empty_cache(): give spare slabs back to the budget */
+/* torch calls this from empty_cache(): spare slabs go back to the budget,
+ * and chunks that hold no live block back to their upstream, as
+ * Device.empty_cache() does (through the device's release hook, which the
+ * Python Device sets for pools that grow from an upstream). */
 EXPORT void ascmem_pluggable_reset(bool check_error) {
     (void)check_error;
     for (int i = 0; i < MAX_DEVICES; i++) {
-        ascm_device *d = atomic_load(&registered[i]);
-        for (int k = 0; d && k < ASCM_KINDS; k++)
-            for (int c = 0; c < ascm_device_chunk_count(d, k); c++) {
-                ascm_pool *p = ascm_device_chunk(d, k, c, NULL, NULL);
-                if (p) ascm_pool_trim(p);
-            }
+        ascm_device *d = get(i);
+        if (!d) continue;
+        ascm_device_trim(d);
+        put(i, d);
+        /* outside the gate: the hook may call back into the device */
+        atomic_fetch_add(&slots[i].users, 1);
+        ascm_device *again = atomic_load(&slots[i].device);
+        if (again) ascm_device_release_idle(again);
+        atomic_fetch_sub(&slots[i].users, 1);
     }
 }
 
 EXPORT void ascmem_pluggable_memory_fraction(double fraction, int device) {
-    ascm_device *d = device_at(device);
-    if (!d || !(fraction > 0.0) || fraction > 1.0) return;
+    if (!(fraction > 0.0) || fraction > 1.0) return;
+    ascm_device *d = get(device);
+    if (!d) return;
     ascm_budget b;
     ascm_device_budget(d, &b);
-    ascm_device_set_limit(d, fraction >= 1.0 ? 0 : (uint64_t)((double)(b.reserve + b.shared) * fraction));
+    uint64_t limit = (uint64_t)((double)(b.reserve + b.shared) * fraction);
+    /* a tiny fraction still caps: 0 would mean no limit at all */
+    ascm_device_set_limit(d, fraction >= 1.0 ? 0 : limit ? limit : 1);
+    put(device, d);
 }
 
 /* Every block is its own base allocation here. */
 EXPORT void *ascmem_pluggable_base_alloc(void *ptr, size_t *size) {
     uint64_t addr = (uint64_t)(uintptr_t)ptr, n = 0;
-    ascm_device *d = device_of_ptr(addr);
+    ascm_device *d = NULL;
+    int i = index_of_ptr(addr, &d);
     ascm_pool *p = d ? ascm_device_pool_at(d, addr, NULL) : NULL;
     if (!p || ascm_pool_usable_size(p, addr, &n) != ASCM_OK) n = 0;
+    if (d) put(i, d);
     if (size) *size = (size_t)n;
     return n ? ptr : NULL;
 }
@@ -150,7 +193,7 @@ _Static_assert(sizeof(npu_device_stats_ext) == 976, "DeviceStats layout (ext)");
 
 static void fill_stat(npu_stat *st, const ascm_stats *s, int bytes) {
     st->current += (int64_t)(bytes ? s->used : s->live_count);
-    st->peak += (int64_t)(bytes ? s->peak_used : s->live_count);
+    st->peak += (int64_t)(bytes ? s->peak_used : s->peak_live_count);
     st->allocated += (int64_t)(bytes ? 0 : s->alloc_count);
     st->freed += (int64_t)(bytes ? 0 : s->free_count);
 }
@@ -161,7 +204,7 @@ static void fill_stat(npu_stat *st, const ascm_stats *s, int bytes) {
  * "requested" what callers asked for, "reserved" what the chunks hold. */
 static void fill_common(npu_device_stats *out, int device) {
     memset(out, 0, sizeof *out);
-    ascm_device *d = device_at(device);
+    ascm_device *d = get(device);
     out->max_split_size = INT64_MAX; /* every block may be split */
     if (!d) return;
     static const int kinds[] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL, ASCM_KIND_HUGE1G};
@@ -187,6 +230,7 @@ static void fill_common(npu_device_stats *out, int device) {
         }
         out->num_ooms += (int64_t)s.failed_count;
     }
+    put(device, d);
 }
 
 EXPORT npu_device_stats ascmem_pluggable_get_device_stats(int device) {
@@ -229,7 +273,7 @@ static void walk_one(void *vctx, uint64_t addr, uint64_t usable, uint64_t reques
 
 EXPORT int ascmem_pluggable_walk(int device, ascmem_segment_fn segment, ascmem_walk_block_fn block,
                                  void *ctx) {
-    ascm_device *d = device_at(device);
+    ascm_device *d = get(device);
     if (!d) return ASCM_ERR_INVAL;
     static const int kinds[] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL, ASCM_KIND_HUGE1G};
     for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -243,10 +287,13 @@ EXPORT int ascmem_pluggable_walk(int device, ascmem_segment_fn segment, ascmem_w
             w.allocated = 0;
             ascm_pool_walk_free(p, walk_one, &w);
         }
+    put(device, d);
     return ASCM_OK;
 }
 
 EXPORT void ascmem_pluggable_reset_peak_status(int device) {
-    ascm_device *d = device_at(device);
-    if (d) ascm_device_reset_peaks(d);
+    ascm_device *d = get(device);
+    if (!d) return;
+    ascm_device_reset_peaks(d);
+    put(device, d);
 }

@@ -149,12 +149,14 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
         return ASCM_ERR_HOSTMEM;
     }
     ascm_slab_init_classes(p);
+    if (!p->single_threaded) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
     *out = p;
     return ASCM_OK;
 }
 
 void ascm_pool_destroy(ascm_pool *p) {
     if (!p) return;
+    ascm_fork_unregister(&p->fork);
     ascm_slab_release_all(p);
     ascm_fit_destroy(&p->fit);
     ascm_map_destroy(&p->blocks);
@@ -168,7 +170,7 @@ static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested
     p->requested += requested;
     if (p->used > p->peak_used) p->peak_used = p->used;
     if (p->requested > p->peak_requested) p->peak_requested = p->requested;
-    p->live_count++;
+    if (++p->live_count > p->peak_live_count) p->peak_live_count = p->live_count;
     p->alloc_count++;
 }
 
@@ -375,6 +377,23 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
     return addr >= p->base && addr - p->base < p->size;
 }
 
+/* The largest run of units that free space and empty spare slabs make
+ * together: what an allocation gets once it has trimmed the spares (as it
+ * does before it fails).  A walk in address order, only when spares exist. */
+static uint64_t largest_with_spares(const ascm_pool *p) {
+    uint32_t i = ASCM_NODE_NONE;
+    for (uint32_t j = 1; j < p->fit.nused && !i; j++)
+        if (p->fit.nodes[j].len && p->fit.nodes[j].off == 0) i = j;
+    uint64_t best = 0, run = 0;
+    for (; i; i = p->fit.nodes[i].next_phys) {
+        const ascm_fit_node *n = &p->fit.nodes[i];
+        int reclaimable = n->is_free || (n->is_slab && ascm_slab_is_empty_at(p, (uint64_t)n->off << p->gshift));
+        run = reclaimable ? run + n->len : 0;
+        if (run > best) best = run;
+    }
+    return best;
+}
+
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     memset(st, 0, sizeof *st);
     ascm_pool_lock(p);
@@ -384,8 +403,10 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->requested = p->requested;
     st->peak_used = p->peak_used;
     st->peak_requested = p->peak_requested;
-    st->free = p->fit.free_units << p->gshift;
-    st->largest_free = ascm_fit_largest(&p->fit) << p->gshift;
+    st->cached_bytes = ascm_slab_cached_bytes(p);
+    st->free = (p->fit.free_units << p->gshift) + st->cached_bytes;
+    st->largest_free = (st->cached_bytes ? largest_with_spares(p) : ascm_fit_largest(&p->fit)) << p->gshift;
+    st->peak_live_count = p->peak_live_count;
     st->live_count = p->live_count;
     st->alloc_count = p->alloc_count;
     st->free_count = p->free_count;
@@ -411,7 +432,7 @@ void ascm_pool_reset(ascm_pool *p) {
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
-    p->live_count = p->alloc_count = p->free_count = p->failed_count = 0;
+    p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;
     p->closed = 0;
     ascm_pool_unlock(p);
 }
@@ -482,6 +503,7 @@ void ascm_pool_reset_peaks(ascm_pool *p) {
     ascm_pool_lock(p);
     p->peak_used = p->used;
     p->peak_requested = p->requested;
+    p->peak_live_count = p->live_count;
     ascm_pool_unlock(p);
 }
 

@@ -181,6 +181,17 @@ void ascm_slab_release_all(ascm_pool *p) {
     for (int c = 0; c < ASCM_SLAB_CLASSES; c++) p->classes[c].partial = p->classes[c].empty = 0;
 }
 
+uint64_t ascm_slab_cached_bytes(const ascm_pool *p) {
+    uint64_t bytes = 0;
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) bytes += (uint64_t)p->classes[c].empty * p->classes[c].slab_bytes;
+    return bytes;
+}
+
+int ascm_slab_is_empty_at(const ascm_pool *p, uint64_t off) {
+    uint32_t si = ascm_slab_at(p, off);
+    return si && p->slabs[si]->nfree == p->slabs[si]->count;
+}
+
 uint64_t ascm_slab_metadata_bytes(const ascm_pool *p) {
     uint64_t bytes = p->nslabs_cap * sizeof(ascm_slab *);
     for (uint32_t si = 1; si < p->nslabs_used; si++) {

@@ -6,9 +6,9 @@ metadata; Device applies the CANN memory rules on top.
 
 import os as _os
 
-from ascmem.errors import (AscmemError, ArgumentTypeError, CorruptionError, InvalidArgumentError,
-                           InvalidFreeError, OutOfMemoryError, PrecautionWarning,
-                           UnsupportedError)
+from ascmem.errors import (AscmemError, ArgumentTypeError, CorruptionError, DeviceClosedError,
+                           InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+                           PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
 from ascmem import profiles
@@ -28,6 +28,7 @@ def get_include():
 
 __all__ = [
     "AscmemError", "ArgumentTypeError", "BuddyAllocator", "CorruptionError", "Device",
+    "DeviceClosedError",
     "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "OutOfMemoryError",
     "Policy", "Pool", "PrecautionWarning", "UnsupportedError", "get_include", "profiles",
 ]

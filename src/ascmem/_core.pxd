@@ -16,6 +16,7 @@ cdef extern from "ascmem.h" nogil:
         uint64_t capacity, used, requested, peak_used, peak_requested, free, largest_free
         uint64_t live_count, alloc_count, free_count, failed_count
         uint64_t pages_in_use, page_size, slab_bytes, metadata_bytes
+        uint64_t cached_bytes, peak_live_count
 
     ctypedef struct ascm_buddy:
         pass
@@ -70,6 +71,7 @@ cdef extern from "ascmem.h" nogil:
         ASCM_EVENT_RESERVE_FULL
         ASCM_EVENT_MEDIA_90
         ASCM_ERR_UNSUPPORTED
+        ASCM_ERR_CLOSED
     ctypedef struct ascm_budget:
         uint64_t reserve, shared
         int huge_grows
@@ -98,6 +100,20 @@ cdef extern from "ascmem.h" nogil:
                           ascm_route *r)
     int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                            uint64_t *addr, int *kind, int *events)
+    int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                               uint64_t *addr, int *kind, int *events)
+    void ascm_device_count_failure(ascm_device *d, int kind)
+    int ascm_device_enter(ascm_device *d)
+    void ascm_device_leave(ascm_device *d)
+    void ascm_device_quiesce(ascm_device *d)
+    void ascm_device_reopen(ascm_device *d)
+    int ascm_device_close(ascm_device *d)
+    int ascm_device_is_closed(const ascm_device *d)
+    int ascm_device_wait_open(ascm_device *d)
+    ctypedef uint64_t (*ascm_release_fn)(void *ctx) noexcept
+    void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx)
+    uint64_t ascm_device_release_idle(ascm_device *d)
+    uint64_t ascm_device_trim(ascm_device *d)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
     ascm_pool *ascm_device_pool(ascm_device *d, int kind)
@@ -128,6 +144,8 @@ cdef extern from "ascmem.h" nogil:
     int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got)
     int ascm_os_release(uint64_t addr, uint64_t size)
     int ascm_os_discard(uint64_t addr, uint64_t size)
+    int ascm_os_quarantine(uint64_t addr, uint64_t size)
+    uint64_t ascm_os_resident(uint64_t addr, uint64_t size)
 
 
 cdef class Pool:
@@ -149,7 +167,7 @@ cdef class Device:
     cdef uint64_t _sizes[5]
     cdef set _warned
     cdef readonly dict _counters
-    cdef bint _job_started
+    cdef bint _job_started, _closed
     cdef uint64_t _reused_bytes, _reuse_count, _fixed_taken, _aicpu
     # stream-ordered reuse: blocks freed on a stream wait for it (see _device.pxi)
     cdef dict _pending          # stream -> list of pending entries
@@ -157,15 +175,11 @@ cdef class Device:
     cdef dict _recorded         # address -> set of extra streams (record_stream)
     cdef uint64_t _pending_bytes, _seq
     cdef object _oom_callback
-    # host backend: real memory behind each kind's range
-    cdef uint64_t _real_base[5]
-    cdef int _os_got[5]
+    cdef object _up             # the upstream (_upstream.pxi): owns the chunks
+    cdef uint64_t _real_base[5] # host, acl: each kind's first chunk
     cdef dict _views            # address -> number of live buffer exports
-    cdef object _acl            # acl backend: the pyACL module the chunks came from
-    cdef list _acl_chunks       # (free function name, address) to give back on close()
-    # pools that grow from an upstream (host, acl): per kind, the chunks taken
-    # beyond the first, and the bytes taken / allowed in all
-    cdef list _extra            # per kind: list of (base, size)
+    cdef object _acl            # acl backend: the pyACL module (events)
+    # pools that grow from an upstream (host, acl): bytes taken / allowed per kind
     cdef uint64_t _taken[5]
     cdef uint64_t _max[5]
     cdef object _upstream_error # the last upstream failure, for the OOM message
@@ -180,12 +194,19 @@ cdef class Device:
                               int events, object policy_obj, str call) except? 0
     cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call)
     cdef _release(self, list entries, object stream, uint64_t upto)
-    cdef _map_ranges(self, uint64_t *out)
-    cdef _acl_ranges(self, uint64_t *out)
+    cdef _layout(self, ascm_device_config *cfg, memory, free_os_memory, aicpu_cache,
+                 host_memory, limit)
+    cdef _pool_sizes(self, object pool_sizes)
+    cdef _acl_sizes(self, uint64_t reserve, uint64_t app)
+    cdef _first_chunks(self, uint64_t *out)
+    cdef object _alloc(self, object size, object policy, int mode, object stream, str call)
+    cdef object _free(self, object ptr, unsigned mask, object stream, str call)
+    cdef int _wait_reset(self, str call) except -1
+    cdef _require_open(self, str call)
+    cdef _drop_pending_events(self)
+    cdef _forget_blocks(self)
     cdef uint64_t _guarded(self, uint64_t addr, uint64_t size) except? 0
     cdef _check_guard(self, uint64_t addr)
-    cdef _unmap_chunks(self, list chunks)
-    cdef uint64_t _os_take(self, int k, uint64_t size, int *got)
     cdef _trim_all(self)
     cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0
     cdef _events(self, int events)

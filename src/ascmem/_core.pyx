@@ -6,12 +6,15 @@ from cpython.long cimport PyLong_Check, PyLong_CheckExact
 from cpython.bool cimport PyBool_Check
 from cpython.exc cimport PyErr_Occurred, PyErr_Clear
 from libc.stdint cimport uint64_t, int64_t, uint32_t
+from libc.stdlib cimport free, realloc
 from libc.string cimport memset
 
+import operator
 import warnings
 
-from ascmem.errors import (ArgumentTypeError, CorruptionError, InvalidArgumentError,
-                           InvalidFreeError, OutOfMemoryError)
+from ascmem.errors import (ArgumentTypeError, CorruptionError, DeviceClosedError,
+                           InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+                           UnsupportedError)
 
 DEF MSG_LEN = 512
 
@@ -57,7 +60,13 @@ cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF:
         PyErr_Clear()  # negative or too large: the messages below
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
-    i = v.__index__()
+    try:
+        i = operator.index(v)  # unlike v.__index__(), insists on an int result
+    except TypeError as e:
+        raise ArgumentTypeError(f"{what}: {type(v).__name__}.__index__ did not give an "
+                                f"integer ({e})") from None
+    except Exception as e:
+        raise ArgumentTypeError(f"{what}: {type(v).__name__}.__index__ raised {e!r}") from None
     if i < 0:
         raise InvalidArgumentError(f"{what} must not be negative (got {i})")
     if i >= 1 << 64:
@@ -85,6 +94,10 @@ cdef object _raise(int st, str what):
         raise CorruptionError(what)
     if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET, ASCM_ERR_HOSTMEM):
         raise OutOfMemoryError(what)
+    if st == ASCM_ERR_UNSUPPORTED:
+        raise UnsupportedError(what)
+    if st == ASCM_ERR_CLOSED:
+        raise DeviceClosedError(what)
     raise CorruptionError(f"unknown status {st}: {what}")
 
 
@@ -96,12 +109,55 @@ cdef dict _stats_dict(ascm_stats *s):
         "alloc_count": s.alloc_count, "free_count": s.free_count,
         "failed_count": s.failed_count, "pages_in_use": s.pages_in_use,
         "page_size": s.page_size, "slab_bytes": s.slab_bytes,
-        "metadata_bytes": s.metadata_bytes,
+        "metadata_bytes": s.metadata_bytes, "cached_bytes": s.cached_bytes,
+        "peak_live_count": s.peak_live_count,
     }
 
 
-cdef void _collect_block(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested) noexcept with gil:
-    (<list>ctx).append((usable, addr))
+# ---- walks: gathered in C memory under the pool's lock, turned into Python after.
+# A Python callback under the lock could run a garbage collection that
+# releases the GIL, and a thread holding the GIL could then spin on the lock.
+
+cdef struct _Spans:
+    uint64_t *v     # (addr, usable, requested) triples
+    size_t n, cap   # in triples
+    bint failed
+
+
+cdef void _span_add(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested) noexcept nogil:
+    cdef _Spans *s = <_Spans *>ctx
+    cdef uint64_t *grown
+    if s.failed:
+        return
+    if s.n == s.cap:
+        grown = <uint64_t *>realloc(s.v, (s.cap * 2 + 64) * 3 * sizeof(uint64_t))
+        if grown is NULL:
+            s.failed = True
+            return
+        s.v = grown
+        s.cap = s.cap * 2 + 64
+    s.v[3 * s.n] = addr
+    s.v[3 * s.n + 1] = usable
+    s.v[3 * s.n + 2] = requested
+    s.n += 1
+
+
+cdef list _pool_blocks(ascm_pool *p, bint free_spans):
+    """(addr, usable, requested) of each live block, or (addr, size, 0) of
+    each free span of the large-block path."""
+    cdef _Spans s
+    cdef size_t i
+    memset(&s, 0, sizeof(s))
+    if free_spans:
+        ascm_pool_walk_free(p, _span_add, &s)
+    else:
+        ascm_pool_walk(p, _span_add, &s)
+    try:
+        if s.failed:
+            raise OutOfMemoryError("host memory for the walk's list ran out")
+        return [(s.v[3 * i], s.v[3 * i + 1], s.v[3 * i + 2]) for i in range(s.n)]
+    finally:
+        free(s.v)
 
 
 cdef _warn_leaks(str what, ascm_pool *p, object kind):
@@ -111,9 +167,7 @@ cdef _warn_leaks(str what, ascm_pool *p, object kind):
     ascm_pool_stats(p, &s)
     if not s.live_count:
         return
-    blocks = []
-    ascm_pool_walk(p, _collect_block, <void *>blocks)
-    blocks.sort(reverse=True)
+    blocks = sorted(((u, a) for a, u, _ in _pool_blocks(p, False)), reverse=True)
     top = ", ".join(f"{_fmt_bytes(n)} at {a:#x}" for n, a in blocks[:3])
     where = f" ({kind} memory)" if kind else ""
     try:
@@ -124,12 +178,15 @@ cdef _warn_leaks(str what, ascm_pool *p, object kind):
 
 
 cdef str _fmt_bytes(uint64_t n):
+    # floating-point division: the module compiles with cdivision, under which
+    # n / (1 << 20) on integers truncates (45.5 MiB printed as 45.00)
+    cdef double x = <double>n
     if n >= 1 << 30:
-        return f"{n / (1 << 30):.2f} GiB"
+        return f"{x / (1 << 30):.2f} GiB"
     if n >= 1 << 20:
-        return f"{n / (1 << 20):.2f} MiB"
+        return f"{x / (1 << 20):.2f} MiB"
     if n >= 1 << 10:
-        return f"{n / (1 << 10):.1f} KiB"
+        return f"{x / (1 << 10):.1f} KiB"
     return f"{n} B"
 
 
@@ -157,18 +214,59 @@ cdef object _sizes_array(object values):
 
 
 cdef object _u64_array(object values, str what):
+    """A contiguous uint64 array (read-only input is fine: it is only read).
+    Lists numpy would turn into floats or objects (2**63 and above, mixed
+    types) are converted item by item, so the error names the item."""
     np = _numpy()
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as e:
+        raise ArgumentTypeError(f"{what} must be a flat sequence of integers ({e})") from None
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.uint64)
     if arr.dtype.kind not in "iu":
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.uint64)
-        raise ArgumentTypeError(f"{what} must be integers, not {arr.dtype}")
-    if arr.dtype.kind == "i" and arr.size and arr.min() < 0:
-        raise InvalidArgumentError(f"{what} must not be negative")
+        if isinstance(values, np.ndarray) or arr.dtype.kind not in "fO":
+            raise ArgumentTypeError(f"{what} must be integers, not {arr.dtype}")
+        flat = arr.reshape(-1)
+        out = np.empty(flat.shape[0], dtype=np.uint64)
+        for i in range(flat.shape[0]):
+            v = flat[i]
+            v = v.item() if hasattr(v, "item") and not isinstance(v, int) else v
+            if isinstance(v, float):
+                raise ArgumentTypeError(f"{what}[{i}] must be an integer, not float")
+            out[i] = as_u64(v, f"{what}[{i}]")
+        return out
+    if arr.dtype.kind == "i" and arr.min() < 0:
+        raise InvalidArgumentError(f"{what} must not be negative (index {int(np.argmin(arr))})")
     return np.ascontiguousarray(arr.reshape(-1), dtype=np.uint64)
 
 
+cdef inline uint64_t _align(object align) except? 0xFFFFFFFFFFFFFFFF:
+    if align is 64:  # the default (a cached int): no conversion call
+        return 64
+    return as_u64(align, "align")
+
+
 # ---- Pool ------------------------------------------------------------------
+
+cdef str _pool_config_problem(ascm_pool_config *c):
+    """Which rule of ascm_pool_create a configuration breaks, in words."""
+    cdef uint64_t page = c.page_size if c.page_size else c.min_block
+    if c.min_block == 0 or c.min_block & (c.min_block - 1) or c.min_block > (1 << 31):
+        return f"min_block {c.min_block} must be a power of two of at most 2 GiB"
+    if page & (page - 1):
+        return f"page_size {page} must be a power of two"
+    if c.size == 0 or c.size % c.min_block:
+        return f"size {c.size} must be a non-zero multiple of min_block {c.min_block}"
+    if c.base % c.min_block:
+        return f"base {c.base:#x} must be a multiple of min_block {c.min_block}"
+    if c.base + c.size < c.base:
+        return f"the range [{c.base:#x}, +{c.size}) wraps past the end of the address space"
+    if c.size // c.min_block >= (1 << 32) - 1:
+        return (f"size {c.size} is {c.size // c.min_block} units of min_block {c.min_block}; a "
+                f"pool holds fewer than 2**32 - 1 units: use a larger min_block")
+    return "the configuration was refused"
+
 
 @cython.final
 cdef class Pool:
@@ -191,10 +289,7 @@ cdef class Pool:
         self._p = NULL
         cdef int st = ascm_pool_create(&cfg, &self._p)
         if st == ASCM_ERR_INVAL:
-            raise InvalidArgumentError(
-                f"bad pool: size {cfg.size} must be a non-zero multiple of min_block "
-                f"{cfg.min_block}, min_block and page_size powers of two, base a multiple of "
-                f"min_block, and the range must not wrap")
+            raise InvalidArgumentError(f"bad pool: {_pool_config_problem(&cfg)}")
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the pool's metadata ran out")
         self.base = cfg.base
@@ -213,12 +308,12 @@ cdef class Pool:
     cdef int free_raw(self, uint64_t addr) noexcept nogil:
         return ascm_pool_free(self._p, addr)
 
-    def alloc(self, nbytes, uint64_t align=64):
+    def alloc(self, nbytes, align=64):
         """Allocates nbytes at a multiple of align; returns the address."""
-        cdef uint64_t addr, size = as_u64(nbytes, "size")
-        cdef int st = ascm_pool_alloc(self._p, size, align, &addr)
+        cdef uint64_t addr, size = as_u64(nbytes, "size"), al = _align(align)
+        cdef int st = ascm_pool_alloc(self._p, size, al, &addr)
         if st != ASCM_OK:
-            self._alloc_error(st, size, align)
+            self._alloc_error(st, size, al)
         return addr
 
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align):
@@ -228,29 +323,31 @@ cdef class Pool:
 
     def free(self, addr):
         """Frees the block that starts at addr."""
-        cdef int st = ascm_pool_free(self._p, as_u64(addr, "address"))
+        cdef uint64_t a = as_u64(addr, "address")
+        cdef int st = ascm_pool_free(self._p, a)
         if st != ASCM_OK:
-            _raise(st, f"{addr:#x} is not the start of a live block of this pool")
+            _raise(st, f"{a:#x} is not the start of a live block of this pool")
 
     def usable_size(self, addr):
         """Bytes usable at addr (the request rounded to its size class)."""
-        cdef uint64_t n
-        cdef int st = ascm_pool_usable_size(self._p, as_u64(addr, "address"), &n)
+        cdef uint64_t n, a = as_u64(addr, "address")
+        cdef int st = ascm_pool_usable_size(self._p, a, &n)
         if st != ASCM_OK:
-            _raise(st, f"{addr:#x} is not the start of a live block of this pool")
+            _raise(st, f"{a:#x} is not the start of a live block of this pool")
         return n
 
     def requested_size(self, addr):
         """Bytes the caller asked for at addr."""
-        cdef uint64_t n
-        cdef int st = ascm_pool_requested_size(self._p, as_u64(addr, "address"), &n)
+        cdef uint64_t n, a = as_u64(addr, "address")
+        cdef int st = ascm_pool_requested_size(self._p, a, &n)
         if st != ASCM_OK:
-            _raise(st, f"{addr:#x} is not the start of a live block of this pool")
+            _raise(st, f"{a:#x} is not the start of a live block of this pool")
         return n
 
-    def alloc_many(self, sizes, uint64_t align=64):
+    def alloc_many(self, sizes, align=64):
         """Allocates every size (all or nothing); returns a uint64 array."""
-        cdef uint64_t[::1] sz = _sizes_array(sizes)
+        cdef uint64_t al = _align(align)
+        cdef const uint64_t[::1] sz = _sizes_array(sizes)
         np = _numpy()
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
@@ -259,10 +356,10 @@ cdef class Pool:
         cdef ascm_stats s
         if n:
             with nogil:
-                st = ascm_pool_alloc_many(self._p, &sz[0], n, align, &addrs[0], &done)
+                st = ascm_pool_alloc_many(self._p, &sz[0], n, al, &addrs[0], &done)
         if st != ASCM_OK:
             ascm_pool_stats(self._p, &s)  # as it was when the request failed
-            msg = _alloc_failure(st, sz[done], align, self.capacity, &s)
+            msg = _alloc_failure(st, sz[done], al, self.capacity, &s)
             if done:
                 with nogil:
                     ascm_pool_free_many(self._p, &addrs[0], done, &undone)
@@ -273,7 +370,7 @@ cdef class Pool:
     def free_many(self, addrs):
         """Frees every address; raises InvalidFreeError after freeing the
         valid ones if any address was not a live block."""
-        cdef uint64_t[::1] a = _u64_array(addrs, "addresses")
+        cdef const uint64_t[::1] a = _u64_array(addrs, "addresses")
         cdef size_t done = 0, n = a.shape[0]
         cdef int st = ASCM_OK
         if n:
@@ -309,7 +406,7 @@ cdef class Pool:
     def __contains__(self, addr):
         try:
             return bool(ascm_pool_contains(self._p, as_u64(addr, "address")))
-        except InvalidArgumentError:
+        except InvalidArgumentError:  # ArgumentTypeError too
             return False
 
     def __repr__(self):
@@ -344,36 +441,38 @@ cdef class BuddyAllocator:
         if self._b is not NULL:
             ascm_buddy_destroy(self._b)
 
-    def alloc(self, nbytes, uint64_t align=64):
-        cdef uint64_t addr, size = as_u64(nbytes, "size")
-        cdef int st = ascm_buddy_alloc(self._b, size, align, &addr)
+    def alloc(self, nbytes, align=64):
+        cdef uint64_t addr, size = as_u64(nbytes, "size"), al = _align(align)
+        cdef int st = ascm_buddy_alloc(self._b, size, al, &addr)
         cdef ascm_stats s
         if st != ASCM_OK:
             ascm_buddy_stats(self._b, &s)
-            _raise(st, _alloc_failure(st, size, align, self.capacity, &s))
+            _raise(st, _alloc_failure(st, size, al, self.capacity, &s))
         return addr
 
     def free(self, addr):
-        cdef int st = ascm_buddy_free(self._b, as_u64(addr, "address"))
+        cdef uint64_t a = as_u64(addr, "address")
+        cdef int st = ascm_buddy_free(self._b, a)
         if st != ASCM_OK:
-            _raise(st, f"{addr:#x} is not the start of a live block of this allocator")
+            _raise(st, f"{a:#x} is not the start of a live block of this allocator")
 
     def usable_size(self, addr):
-        cdef uint64_t n
-        cdef int st = ascm_buddy_usable_size(self._b, as_u64(addr, "address"), &n)
+        cdef uint64_t n, a = as_u64(addr, "address")
+        cdef int st = ascm_buddy_usable_size(self._b, a, &n)
         if st != ASCM_OK:
-            _raise(st, f"{addr:#x} is not the start of a live block of this allocator")
+            _raise(st, f"{a:#x} is not the start of a live block of this allocator")
         return n
 
     def requested_size(self, addr):
-        cdef uint64_t n
-        cdef int st = ascm_buddy_requested_size(self._b, as_u64(addr, "address"), &n)
+        cdef uint64_t n, a = as_u64(addr, "address")
+        cdef int st = ascm_buddy_requested_size(self._b, a, &n)
         if st != ASCM_OK:
-            _raise(st, f"{addr:#x} is not the start of a live block of this allocator")
+            _raise(st, f"{a:#x} is not the start of a live block of this allocator")
         return n
 
-    def alloc_many(self, sizes, uint64_t align=64):
-        cdef uint64_t[::1] sz = _sizes_array(sizes)
+    def alloc_many(self, sizes, align=64):
+        cdef uint64_t al = _align(align)
+        cdef const uint64_t[::1] sz = _sizes_array(sizes)
         np = _numpy()
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
@@ -381,16 +480,16 @@ cdef class BuddyAllocator:
         cdef int st = ASCM_OK
         cdef ascm_stats s
         for i in range(n):
-            st = ascm_buddy_alloc(self._b, sz[i], align, &addrs[i])
+            st = ascm_buddy_alloc(self._b, sz[i], al, &addrs[i])
             if st != ASCM_OK:
                 for j in range(i):
                     ascm_buddy_free(self._b, addrs[j])
                 ascm_buddy_stats(self._b, &s)
-                _raise(st, _alloc_failure(st, sz[i], align, self.capacity, &s))
+                _raise(st, _alloc_failure(st, sz[i], al, self.capacity, &s))
         return out
 
     def free_many(self, addrs):
-        cdef uint64_t[::1] a = _u64_array(addrs, "addresses")
+        cdef const uint64_t[::1] a = _u64_array(addrs, "addresses")
         cdef size_t i, bad = 0, n = a.shape[0]
         for i in range(n):
             if ascm_buddy_free(self._b, a[i]) != ASCM_OK:
@@ -434,7 +533,7 @@ cdef class NoopPool:
     """Same call signatures as Pool, no work: a benchmark's floor (what a
     Python -> Cython call pair costs with nothing behind it)."""
 
-    def alloc(self, nbytes, uint64_t align=64):
+    def alloc(self, nbytes, align=64):
         # An address-sized result, as any allocator must return.  Returning
         # nbytes itself handed back CPython's cached small int for 64 and so
         # skipped the int allocation every real address costs (~15 ns).
@@ -442,5 +541,6 @@ cdef class NoopPool:
 
     def free(self, addr):
         as_u64(addr, "address")
+include "_upstream.pxi"
 include "_device.pxi"
 include "_capi.pxi"

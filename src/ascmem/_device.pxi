@@ -1,11 +1,18 @@
 # Device: the CANN-rule facade over one pool per memory kind (included by
 # _core.pyx so that its hot path is compiled with the pools').
+#
+# Threads and locks: no C lock holder ever waits for the GIL (walks gather
+# into C memory, hooks run with no lock held), so a thread holding the GIL
+# may spin on a pool lock.  Callers without the GIL pass the C device's gate;
+# reset and close shut it, without the GIL, before they free anything.
 
 import os
 import threading
+import weakref
 
 from ascmem import profiles as _profiles
-from ascmem.errors import (AscmemError, MisalignedError, PrecautionWarning, UnsupportedError)
+from ascmem.errors import (AscmemError, DeviceClosedError, MisalignedError, PrecautionWarning,
+                           UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
 
 cdef uint64_t _MiB = 1 << 20
@@ -21,11 +28,10 @@ cdef unsigned _DEVICE_MASK = (1 << ASCM_KIND_HUGE) | (1 << ASCM_KIND_NORMAL) | (
 cdef unsigned _DVPP_MASK = 1 << ASCM_KIND_DVPP
 cdef unsigned _HOST_MASK = 1 << ASCM_KIND_HOST
 cdef uint64_t _GUARD = 64             # debug mode: bytes written after each block
+cdef uint64_t _NO_DEVICE_HAS = 1ull << 62  # larger requests fail in routing (no wrap with the guard)
 _GUARD_BYTES = bytes([0xAB]) * 64
 
 _BACKENDS = ("sim", "host", "acl")
-_OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
-             ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
 _CAUSE_TEXT = {
     ASCM_EVENT_HUGE_FALLBACK: "a HUGE_FIRST request above 1 MiB found no huge pages and got "
                               "normal pages instead",
@@ -33,22 +39,18 @@ _CAUSE_TEXT = {
     ASCM_EVENT_MEDIA_90: "the media (DVPP) address window is more than 90% full",
 }
 
+# Devices alive in this process: a child of fork() gets fresh Python locks
+# (a lock another thread held in the parent would stay held in the child).
+_live_devices = weakref.WeakSet()
 
-cdef void _collect(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested) noexcept with gil:
-    (<list>ctx).append((addr, usable, requested))
+
+def _devices_after_fork():
+    for dev in list(_live_devices):
+        (<Device>dev)._grow_lock = threading.Lock()
 
 
-# acl backend: how each kind's chunks are taken from the runtime and given back
-# (namespace, function, policy or None, free function)
-_ACL_CALLS = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
-              ASCM_KIND_NORMAL: ("rt", "malloc", 2, "free"),
-              ASCM_KIND_DVPP: ("media", "dvpp_malloc", None, "dvpp_free"),
-              ASCM_KIND_HOST: ("rt", "malloc_host", None, "free_host"),
-              ASCM_KIND_HUGE1G: ("rt", "malloc", 6, "free")}
-# pyACL codes that mean "the runtime is out of memory" (aclError: 207001
-# ACL_ERROR_RT_MEMORY_ALLOCATION, 200000 ACL_ERROR_BAD_ALLOC)
-_UPSTREAM_OOM = (207001, 200000)
-_CHUNK_ALIGN = 2 << 20
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_devices_after_fork)
 
 
 cdef int _grow_hook(void *ctx, int kind, uint64_t size, uint64_t align,
@@ -60,6 +62,36 @@ cdef int _grow_hook(void *ctx, int kind, uint64_t size, uint64_t align,
     except BaseException as e:  # never let an exception cross into C
         dev._upstream_error = f"growing the pool raised {e!r}"
         return ASCM_ERR_NOMEM
+
+
+cdef uint64_t _release_hook(void *ctx) noexcept with gil:
+    """The C device (torch's empty_cache through the pluggable reset hook)
+    asks for idle chunks to go back upstream."""
+    try:
+        return (<Device>ctx)._release_idle()
+    except BaseException:
+        return 0
+
+
+cdef inline int _kind_arg(object kind) except -1:
+    """A MemKind, its value or its name (any case) as a kind number."""
+    try:
+        if isinstance(kind, str):
+            return int(MemKind[kind.upper()])
+        return int(MemKind(kind))
+    except (KeyError, ValueError, TypeError):
+        raise InvalidArgumentError(f"unknown memory kind {kind!r}; known: "
+                                   f"{', '.join(k.name.lower() for k in MemKind)}") from None
+
+
+cdef inline _check_stream(object stream):
+    """Streams are dictionary keys: an unhashable one is refused up front,
+    before anything has changed."""
+    try:
+        hash(stream)
+    except TypeError:
+        raise ArgumentTypeError(f"a stream must be hashable (a pyACL stream handle, a name, "
+                                f"...), not {type(stream).__name__}") from None
 
 
 @cython.final
@@ -76,12 +108,13 @@ cdef class Device:
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
                   limit=None, pool_sizes=None, acl_module=None):
         self._d = NULL
+        self._closed = False
         prof = _profiles.get(model)
         mode = prof.default_mode if mode is None else str(mode).upper()
         if mode not in prof.modes:
             raise UnsupportedError(f"{prof.title} has no {mode} mode (it has: "
                                    f"{', '.join(prof.modes)})")
-        if backend not in _BACKENDS:
+        if not isinstance(backend, str) or backend not in _BACKENDS:
             raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_BACKENDS)}")
         cdef uint64_t did = as_u64(device_id, "device_id")
         if did >= (1 << (64 - _DEVICE_SHIFT)) - 1:
@@ -98,13 +131,52 @@ cdef class Device:
         self._pending_by_addr = {}
         self._recorded = {}
         self._views = {}
-        self._acl_chunks = []
-        self._extra = [[] for _ in range(ASCM_KINDS)]
         self._upstream_error = None
         self._grow_lock = threading.Lock()
         self._guards = {}
         self._debug = backend == "host" and os.environ.get("ASCMEM_DEBUG", "") == "1"
         self._oom_callback = None
+        cdef ascm_device_config cfg
+        memset(&cfg, 0, sizeof(cfg))
+        self._layout(&cfg, memory, free_os_memory, aicpu_cache, host_memory, limit)
+        if pool_sizes:
+            self._pool_sizes(pool_sizes)
+        elif backend == "acl":  # the runtime gives what the budget allows, not address space
+            self._acl_sizes(cfg.budget.reserve, cfg.budget.reserve + cfg.budget.shared)
+        for k in range(ASCM_KINDS):
+            if self._sizes[k] >= (<uint64_t>1 << _KIND_SHIFT):
+                raise InvalidArgumentError("memory beyond 128 GiB per kind is not modelled")
+            cfg.size[k] = self._sizes[k]
+            if self._max[k] < self._sizes[k]:
+                self._max[k] = self._sizes[k]
+            cfg.growable[k] = self._max[k] > self._sizes[k]
+            self._taken[k] = self._sizes[k]
+        if backend == "acl":
+            if acl_module is None:
+                try:
+                    import acl as acl_module
+                except ImportError:
+                    raise UnsupportedError("backend='acl' needs pyACL (`import acl` failed); use "
+                                           "backend='sim' or 'host' without an Ascend runtime") from None
+            self._acl = acl_module
+        # the upstream owns every chunk it hands out, and gives them back when
+        # it is collected: a constructor that fails below loses nothing
+        self._up = _make_upstream(backend, acl_module)
+        self._first_chunks(self._real_base)
+        self._bases(cfg.base)
+        cdef int st = ascm_device_create(&cfg, &self._d)
+        if st != ASCM_OK:
+            raise OutOfMemoryError("host memory for the device's metadata ran out")
+        if any(cfg.growable[k] for k in range(ASCM_KINDS)):
+            ascm_device_set_grow(self._d, _grow_hook, <void *>self)
+        if backend != "sim":
+            ascm_device_set_release(self._d, _release_hook, <void *>self)
+        _live_devices.add(self)
+
+    cdef _layout(self, ascm_device_config *cfg, memory, free_os_memory, aicpu_cache,
+                 host_memory, limit):
+        """The budget and each kind's first-chunk size, from the profile."""
+        prof = self.profile
         mem = prof.memory if memory is None else as_u64(memory, "memory")
         if free_os_memory is not None:
             free_os = as_u64(free_os_memory, "free_os_memory")
@@ -126,13 +198,11 @@ cdef class Device:
         self._aicpu = prof.aicpu_cache[1] if aicpu_cache is None else aicpu_cache
         cdef uint64_t app = free_os // (2 * _MiB) * (2 * _MiB)
         cdef uint64_t reserve = prof.huge_reserve(free_os)
-        cdef ascm_device_config cfg
-        memset(&cfg, 0, sizeof(cfg))
         cfg.min_block = 4096
         cfg.p2p = prof.p2p
         cfg.budget.reserve = reserve
         cfg.budget.shared = app - reserve
-        cfg.budget.huge_grows = mode == "EP"
+        cfg.budget.huge_grows = self.mode == "EP"
         cfg.budget.fixed = 0
         cfg.budget.limit = 0 if limit is None else as_u64(limit, "limit")
         self._sizes[ASCM_KIND_HUGE] = app if cfg.budget.huge_grows else reserve
@@ -142,117 +212,65 @@ cdef class Device:
         self._sizes[ASCM_KIND_HUGE1G] = (app // _GiB * _GiB) if prof.huge1g else 0
         for k in range(ASCM_KINDS):
             self._max[k] = 0
-        if pool_sizes:
-            # the size each pool takes from its upstream (host, acl): a size,
-            # or (initial, maximum) for a pool that grows by chunks
-            for kind, n in dict(pool_sizes).items():
-                k = int(MemKind(kind) if not isinstance(kind, str) else MemKind[kind.upper()])
-                initial, maximum = n if isinstance(n, (tuple, list)) else (n, n)
-                self._sizes[k] = as_u64(initial, "initial pool size") // _CHUNK_ALIGN * _CHUNK_ALIGN
-                self._max[k] = as_u64(maximum, "maximum pool size") // _CHUNK_ALIGN * _CHUNK_ALIGN
-                if self._max[k] < self._sizes[k]:
-                    raise InvalidArgumentError(f"{MemKind(k).name}: maximum pool size {maximum} "
-                                               f"is below the initial size {initial}")
-                if self._max[k] > self._sizes[k] and backend == "sim":
-                    raise InvalidArgumentError("a pool grows from an upstream: give an initial "
-                                               "and a maximum size with backend='host' or 'acl'")
-        elif backend == "acl":  # the runtime gives what the budget allows, not address space
-            self._sizes[ASCM_KIND_HUGE] = (reserve or app // 2) // (2 << 20) * (2 << 20)
-            self._sizes[ASCM_KIND_NORMAL] = (app - self._sizes[ASCM_KIND_HUGE]) // 2 // 4096 * 4096
-            self._sizes[ASCM_KIND_DVPP] = min(self._sizes[ASCM_KIND_DVPP], app // 4) // (2 << 20) * (2 << 20)
-            self._sizes[ASCM_KIND_HOST] = min(self._sizes[ASCM_KIND_HOST], 1 << 30)
-            self._sizes[ASCM_KIND_HUGE1G] = 0
-        for k in range(ASCM_KINDS):
-            if self._sizes[k] >= (<uint64_t>1 << _KIND_SHIFT):
-                raise InvalidArgumentError("memory beyond 128 GiB per kind is not modelled")
-            cfg.size[k] = self._sizes[k]
-            if self._max[k] < self._sizes[k]:
-                self._max[k] = self._sizes[k]
-            cfg.growable[k] = self._max[k] > self._sizes[k]
-            self._taken[k] = self._sizes[k]
-        if backend == "host":
-            self._extra = self._map_ranges(self._real_base)
-        elif backend == "acl":
-            if acl_module is None:
-                try:
-                    import acl as acl_module
-                except ImportError:
-                    raise UnsupportedError("backend='acl' needs pyACL (`import acl` failed); use "
-                                           "backend='sim' or 'host' without an Ascend runtime") from None
-            self._acl = acl_module
-            self._acl_ranges(self._real_base)
-        self._bases(cfg.base)
-        cdef int st = ascm_device_create(&cfg, &self._d)
-        if st != ASCM_OK:
-            raise OutOfMemoryError("host memory for the device's metadata ran out")
-        if any(cfg.growable[k] for k in range(ASCM_KINDS)):
-            ascm_device_set_grow(self._d, _grow_hook, <void *>self)
 
-    cdef _map_ranges(self, uint64_t *out):
-        """Host backend: reserves real memory for every kind's first chunk
-        (touched only when used); huge kinds 2 MiB-aligned, on huge pages if
-        possible.  Returns the chunks, per kind."""
-        cdef uint64_t addr
-        cdef int got, k, j
-        chunks = [[] for _ in range(ASCM_KINDS)]
+    cdef _pool_sizes(self, object pool_sizes):
+        """The size each pool takes from its upstream (host, acl): a size, or
+        (initial, maximum) for a pool that grows by chunks."""
+        cdef uint64_t initial, maximum
+        try:
+            items = list(dict(pool_sizes).items())
+        except (TypeError, ValueError):
+            raise ArgumentTypeError("pool_sizes must be a mapping of kind -> size or "
+                                    "(initial, maximum)") from None
+        for kind, n in items:
+            k = _kind_arg(kind)
+            if isinstance(n, (tuple, list)):
+                if len(n) != 2:
+                    raise InvalidArgumentError(f"pool_sizes[{kind!r}]: give a size or (initial, "
+                                               f"maximum), not {len(n)} values")
+                initial, maximum = as_u64(n[0], "initial pool size"), as_u64(n[1], "maximum pool size")
+            else:
+                initial = maximum = as_u64(n, "pool size")
+            if maximum < initial:
+                raise InvalidArgumentError(f"{MemKind(k).name}: maximum pool size {maximum} "
+                                           f"is below the initial size {initial}")
+            if maximum < _CHUNK_ALIGN or (initial and initial < _CHUNK_ALIGN):
+                raise InvalidArgumentError(
+                    f"pool_sizes[{kind!r}]: {_fmt_bytes(initial if initial else maximum)} is below "
+                    f"the smallest chunk, {_fmt_bytes(_CHUNK_ALIGN)} (sizes are taken in whole "
+                    f"2 MiB chunks)")
+            self._sizes[k] = initial // _CHUNK_ALIGN * _CHUNK_ALIGN
+            self._max[k] = maximum // _CHUNK_ALIGN * _CHUNK_ALIGN
+            if self._max[k] > self._sizes[k] and self.backend == "sim":
+                raise InvalidArgumentError("a pool grows from an upstream: give an initial "
+                                           "and a maximum size with backend='host' or 'acl'")
+
+    cdef _acl_sizes(self, uint64_t reserve, uint64_t app):
+        self._sizes[ASCM_KIND_HUGE] = (reserve or app // 2) // (2 << 20) * (2 << 20)
+        self._sizes[ASCM_KIND_NORMAL] = (app - self._sizes[ASCM_KIND_HUGE]) // 2 // 4096 * 4096
+        self._sizes[ASCM_KIND_DVPP] = min(self._sizes[ASCM_KIND_DVPP], app // 4) // (2 << 20) * (2 << 20)
+        self._sizes[ASCM_KIND_HOST] = min(self._sizes[ASCM_KIND_HOST], 1 << 30)
+        self._sizes[ASCM_KIND_HUGE1G] = 0
+
+    cdef _first_chunks(self, uint64_t *out):
+        """Each kind's first chunk from the upstream, all or nothing: if one is
+        refused, the ones taken here go back and the error is raised."""
+        cdef uint64_t got[5]
+        cdef int k
+        taken = []
         for k in range(ASCM_KINDS):
-            out[k] = 0
-            if not self._sizes[k]:
+            got[k] = 0
+            if not self._sizes[k] or self.backend == "sim":
                 continue
-            addr = self._os_take(k, self._sizes[k], &got)
-            if not addr:
-                self._unmap_chunks(chunks)
-                raise OutOfMemoryError(f"the OS refused {_fmt_bytes(self._sizes[k])} of address "
-                                       f"space for {MemKind(k).name} memory")
-            out[k] = addr
-            self._os_got[k] = got
-            chunks[k].append((addr, self._sizes[k]))
-        return chunks
-
-    cdef uint64_t _os_take(self, int k, uint64_t size, int *got):
-        cdef uint64_t addr
-        huge = k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G)
-        if ascm_os_reserve(size, _CHUNK_ALIGN if huge else 4096, huge, &addr, got) != ASCM_OK:
-            return 0
-        return addr
-
-    cdef _unmap_chunks(self, list chunks):
-        for per_kind in chunks:
-            for base, size in per_kind:
-                ascm_os_release(base, size)
-
-    cdef _acl_ranges(self, uint64_t *out):
-        """acl backend: one big chunk per kind from the runtime, sub-allocated
-        here, as CANN advises instead of frequent aclrtMalloc calls."""
-        self._extra = [[] for _ in range(ASCM_KINDS)]
+            try:
+                got[k] = self._up.take(k, self._sizes[k])
+            except BaseException:
+                for kk, base in taken:
+                    self._up.give(kk, base, self._sizes[kk])
+                raise
+            taken.append((k, got[k]))
         for k in range(ASCM_KINDS):
-            out[k] = 0
-            if not self._sizes[k]:
-                continue
-            ptr, ret = self._acl_take(k, self._sizes[k])
-            if ret != 0:
-                self.close()
-                ns, name, _, _ = _ACL_CALLS[k]
-                err = OutOfMemoryError if ret in _UPSTREAM_OOM else AscmemError
-                e = err(f"acl.{ns}.{name}({self._sizes[k]}) for the {MemKind(k).name} pool "
-                        f"returned {ret}")
-                e.code = ret
-                raise e
-            out[k] = ptr
-            self._extra[k].append((ptr, self._sizes[k]))
-
-    def _acl_take(self, int k, uint64_t size):
-        """One chunk from the runtime: (address, 0), or (0, the error code)."""
-        ns, name, policy, free_name = _ACL_CALLS[k]
-        fn = getattr(getattr(self._acl, ns), name)
-        ptr, ret = fn(size, policy) if policy is not None else fn(size)
-        if ret != 0 or not ptr:
-            return 0, ret or -1
-        if ptr % 4096:
-            getattr(getattr(self._acl, ns), free_name)(ptr)
-            raise MisalignedError(f"acl.{ns}.{name} returned {ptr:#x}, not 4 KiB aligned")
-        self._acl_chunks.append((ns, free_name, ptr))
-        return ptr, 0
+            out[k] = got[k]
 
     # ---- growing from the upstream ------------------------------------------------
 
@@ -290,36 +308,21 @@ cdef class Device:
                                             f"free chunks went back")
                     return False
             if ascm_device_add_chunk(self._d, k, addr, chunk) != ASCM_OK:
-                self._upstream_give(k, addr, chunk)
+                self._up.give(k, addr, chunk)
                 self._upstream_error = (f"the {MemKind(k).name} pool holds {ASCM_MAX_CHUNKS} "
                                         f"chunks, its most")
                 return False
-            self._extra[k].append((addr, chunk))
             self._taken[k] += chunk
             self._counters["chunks_taken"] += 1
             self._upstream_error = None
             return True
 
     def _upstream_take(self, int k, uint64_t size):
-        cdef int got
-        cdef uint64_t addr
-        if self.backend == "host":
-            addr = self._os_take(k, size, &got)
-            return (addr, None) if addr else (0, "mmap failed")
-        ptr, ret = self._acl_take(k, size)
-        return (ptr, None) if ret == 0 else (0, f"code {ret}")
-
-    def _upstream_give(self, int k, uint64_t base, uint64_t size):
-        if self.backend == "host":
-            ascm_os_release(base, size)
-            return
-        for i, (ns, free_name, ptr) in enumerate(self._acl_chunks):
-            if ptr == base:
-                del self._acl_chunks[i]
-                ret = getattr(getattr(self._acl, ns), free_name)(ptr)
-                if ret != 0:
-                    warnings.warn(f"acl.{ns}.{free_name}({ptr:#x}) returned {ret}", ResourceWarning)
-                return
+        """(address, None), or (0, why) if the upstream refused."""
+        try:
+            return self._up.take(k, size), None
+        except AscmemError as e:
+            return 0, f"code {e.code}" if isinstance(self._up, _AclUpstream) else str(e)
 
     def _release_empty(self, int k):
         """Gives kind k's chunks that hold no live block back to the upstream;
@@ -327,22 +330,28 @@ cdef class Device:
         cdef uint64_t bases[ASCM_MAX_CHUNKS]
         cdef uint64_t sizes[ASCM_MAX_CHUNKS]
         cdef int n = 0, i
-        if self._max[k] <= self._sizes[k] and not self._extra[k][1:]:
+        if self._max[k] <= self._sizes[k] and not self._up.held[k][1:]:
             return 0  # a fixed pool keeps its one chunk
         if ascm_device_release_empty(self._d, k, bases, sizes, ASCM_MAX_CHUNKS, &n) != ASCM_OK:
             return 0
         given = 0
         for i in range(n):
-            self._upstream_give(k, bases[i], sizes[i])
-            self._extra[k].remove((bases[i], sizes[i]))
+            self._up.give(k, bases[i], sizes[i])
             self._taken[k] -= sizes[i]
             given += sizes[i]
         self._counters["chunks_given_back"] += n
         return given
 
+    def _release_idle(self):
+        """Every kind's idle chunks back upstream (the pluggable reset hook)."""
+        if self._closed:
+            return 0
+        with self._grow_lock:
+            return sum(self._release_empty(k) for k in range(ASCM_KINDS))
+
     def chunks(self, kind):
         """(base, size) of each chunk a kind holds now, first one first."""
-        cdef int k = int(MemKind(kind))
+        cdef int k = _kind_arg(kind)
         cdef uint64_t base, size
         out = []
         for i in range(ascm_device_chunk_count(self._d, k)):
@@ -350,14 +359,34 @@ cdef class Device:
             out.append((base, size))
         return out
 
+    # ---- lifetime ---------------------------------------------------------------
+
     def close(self):
-        """Gives the chunks taken from the runtime back (acl backend).  The
-        device cannot allocate afterwards."""
-        while self._acl_chunks:
-            ns, free_name, ptr = self._acl_chunks.pop()
-            ret = getattr(getattr(self._acl, ns), free_name)(ptr)
-            if ret != 0:
-                warnings.warn(f"acl.{ns}.{free_name}({ptr:#x}) returned {ret}", ResourceWarning)
+        """Gives every chunk back to the upstream (the OS, the runtime).  After
+        close, every allocation, free and view raises DeviceClosedError, also
+        for callers without the GIL (which get ASCM_ERR_CLOSED); statistics
+        stay readable.  Idempotent."""
+        if self._closed:
+            return
+        if self._views:
+            raise InvalidArgumentError(f"close: {sum(self._views.values())} buffer views of "
+                                       f"device memory are still alive")
+        self._closed = True
+        if self._d is not NULL:
+            with nogil:
+                ascm_device_close(self._d)  # waits out callers inside
+        self._drop_pending_events()
+        self._up.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    cdef _require_open(self, str call):
+        if self._closed:
+            raise DeviceClosedError(f"{call}: device {self.device_id} is closed")
 
     cdef _bases(self, uint64_t *out):
         if self.backend in ("host", "acl"):
@@ -370,21 +399,24 @@ cdef class Device:
             out[k] = top | (<uint64_t>k << _KIND_SHIFT)
 
     def __dealloc__(self):
+        # In a reference cycle the collector may have cleared the object
+        # fields (None) before this runs; the upstream then gave its chunks
+        # back when it was cleared.
         cdef ascm_pool *p
         if self._d is not NULL:
             for k in range(ASCM_KINDS):
                 for i in range(ascm_device_chunk_count(self._d, k)):
                     p = ascm_device_chunk(self._d, k, i, NULL, NULL)
-                    if p is not NULL and not self._pending_by_addr:
+                    if p is not NULL and not self._pending_by_addr and not self._closed:
                         _warn_leaks(f"Device {self.device_id}", p, MemKind(k).name)
             ascm_device_destroy(self._d)
-            if self.backend == "host":
-                self._unmap_chunks(self._extra)
-            elif self._acl_chunks:
-                try:
-                    self.close()
-                except Exception:
-                    pass
+            self._d = NULL
+        up = self._up
+        if up is not None:
+            try:
+                up.close()
+            except Exception:
+                pass
 
     # ---- hot path -------------------------------------------------------------
 
@@ -400,81 +432,81 @@ cdef class Device:
         """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary.
         With a stream, a block that stream alone freed, of the size this
         request gets, is handed back at once."""
-        cdef uint64_t addr, n = as_u64(size, "size")
-        cdef int kind, events
-        cdef uint32_t pol = _policy(policy)
-        if stream is not None and stream in self._pending:
-            addr = self._reuse(stream, n, pol, ASCM_SIZE_MALLOC)
-            if addr:
-                return addr
-        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, pol, ASCM_SIZE_MALLOC,
-                                         &addr, &kind, &events)
-        if self._debug and st == ASCM_OK:
-            return self._guarded(addr, n)
-        if st != ASCM_OK:
-            return self._alloc_slow(st, n, pol, ASCM_SIZE_MALLOC, kind, events, policy, "malloc")
-        if events:
-            self._events(events)
-        return addr
+        return self._alloc(size, policy, ASCM_SIZE_MALLOC, stream, "malloc")
 
     def malloc_align32(self, size, policy=0, stream=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
-        cdef uint64_t addr, n = as_u64(size, "size")
-        cdef int kind, events
-        cdef uint32_t pol = _policy(policy)
-        if stream is not None and stream in self._pending:
-            addr = self._reuse(stream, n, pol, ASCM_SIZE_ALIGN32)
-            if addr:
-                return addr
-        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, pol, ASCM_SIZE_ALIGN32,
-                                         &addr, &kind, &events)
-        if self._debug and st == ASCM_OK:
-            return self._guarded(addr, n)
-        if st != ASCM_OK:
-            return self._alloc_slow(st, n, pol, ASCM_SIZE_ALIGN32, kind, events, policy,
-                                   "malloc_align32")
-        if events:
-            self._events(events)
-        return addr
-
-    def free(self, ptr, stream=None):
-        """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
-        record_stream), the block waits until the streams' work is done."""
-        cdef int kind
-        cdef uint64_t a = as_u64(ptr, "pointer")
-        if stream is not None or self._recorded or self._pending_by_addr or self._views or self._debug:
-            return self._free_slow(a, _DEVICE_MASK, stream, "free")
-        cdef int st = ascm_device_free(self._d, a, _DEVICE_MASK, &kind)
-        if st != ASCM_OK:
-            _raise(st, self._bad_pointer(ptr, kind, "free", _DEVICE_MASK))
+        return self._alloc(size, policy, ASCM_SIZE_ALIGN32, stream, "malloc_align32")
 
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""
-        cdef uint64_t addr, n = as_u64(size, "size")
-        cdef int kind, events
-        if stream is not None and stream in self._pending:
-            addr = self._reuse(stream, n, 0, ASCM_SIZE_DVPP)
-            if addr:
-                return addr
-        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, 0,
-                                         ASCM_SIZE_DVPP, &addr, &kind, &events)
-        if self._debug and st == ASCM_OK:
-            return self._guarded(addr, n)
-        if st != ASCM_OK:
-            return self._alloc_slow(st, n, 0, ASCM_SIZE_DVPP, kind, events, None, "dvpp_malloc")
-        if events:
-            self._events(events)
-        return addr
+        return self._alloc(size, None, ASCM_SIZE_DVPP, stream, "dvpp_malloc")
+
+    def malloc_host(self, size):
+        """aclrtMallocHost: host memory at a 64-byte boundary."""
+        return self._alloc(size, None, ASCM_SIZE_HOST, None, "malloc_host")
+
+    def free(self, ptr, stream=None):
+        """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
+        record_stream), the block waits until the streams' work is done."""
+        self._free(ptr, _DEVICE_MASK, stream, "free")
 
     def dvpp_free(self, ptr, stream=None):
-        cdef int kind
+        """acldvppFree for dvpp_malloc memory."""
+        self._free(ptr, _DVPP_MASK, stream, "dvpp_free")
+
+    def free_host(self, ptr):
+        """aclrtFreeHost for malloc_host memory."""
+        self._free(ptr, _HOST_MASK, None, "free_host")
+
+    cdef object _alloc(self, object size, object policy, int mode, object stream, str call):
+        """The one allocation path: same-stream reuse, the C device, then the
+        slow path (retries, out-of-memory error); guard bytes in debug mode."""
+        cdef uint64_t addr, want, n = as_u64(size, "size")
+        cdef int kind, events, st
+        cdef uint32_t pol = _policy(policy) if policy is not None else 0
+        if stream is not None:
+            _check_stream(stream)
+            if stream in self._pending:
+                addr = self._reuse(stream, n, pol, mode)
+                if addr:
+                    return addr
+        # debug mode asks for the guard bytes too; a size no device has is
+        # left as it is (routing refuses it) so that adding them cannot wrap
+        want = n + _GUARD if self._debug and n <= _NO_DEVICE_HAS else n
+        st = ascm_device_try_malloc(self._d, want, pol, mode, &addr, &kind, &events)
+        if st != ASCM_OK:
+            addr = self._alloc_slow(st, want, pol, mode, kind, events, policy, call)
+        elif events:
+            self._events(events)
+        if self._debug:
+            return self._guarded(addr, n)
+        return addr
+
+    cdef object _free(self, object ptr, unsigned mask, object stream, str call):
+        """The one free path."""
+        cdef int kind, st
         cdef uint64_t a = as_u64(ptr, "pointer")
         if stream is not None or self._recorded or self._pending_by_addr or self._views or self._debug:
-            return self._free_slow(a, _DVPP_MASK, stream, "dvpp_free")
-        cdef int st = ascm_device_free(self._d, a, _DVPP_MASK, &kind)
+            return self._free_slow(a, mask, stream, call)
+        st = ascm_device_free(self._d, a, mask, &kind)
+        if st == ASCM_ERR_CLOSED:
+            st = self._wait_reset(call)
+            st = ascm_device_free(self._d, a, mask, &kind)
         if st != ASCM_OK:
-            _raise(st, self._bad_pointer(ptr, kind, "dvpp_free", _DVPP_MASK))
+            _raise(st, self._bad_pointer(a, kind, call, mask))
+
+    cdef int _wait_reset(self, str call) except -1:
+        """The C device refused with ASCM_ERR_CLOSED: raises if it is closed,
+        else waits (without the GIL) for the reset in progress to end."""
+        cdef int st
+        self._require_open(call)
+        with nogil:
+            st = ascm_device_wait_open(self._d)
+        if st != ASCM_OK:
+            raise DeviceClosedError(f"{call}: device {self.device_id} is closed")
+        return 0
 
     # ---- debug mode: guard bytes after each block (host backend) ------------------
 
@@ -499,8 +531,12 @@ cdef class Device:
 
     cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call):
         cdef int k = -1
-        cdef ascm_pool *p = ascm_device_pool_at(self._d, addr, &k)
+        cdef ascm_pool *p
         cdef uint64_t usable
+        self._require_open(call)
+        if stream is not None:
+            _check_stream(stream)  # before anything changes
+        p = ascm_device_pool_at(self._d, addr, &k)
         if addr in self._pending_by_addr:
             raise InvalidFreeError(f"{call}: {addr:#x} was already freed and waits on a stream")
         if self._views.get(addr):
@@ -539,12 +575,22 @@ cdef class Device:
             return None
         return ev
 
+    cdef _drop_pending_events(self):
+        """acl backend: the runtime events of frees that will never be waited
+        for (reset, close)."""
+        if self.backend != "acl" or not self._pending_by_addr:
+            return
+        for e in self._pending_by_addr.values():
+            for ev in e[6].values():
+                self._acl.rt.destroy_event(ev)
+            e[6].clear()
+
     def process_events(self):
         """acl backend: asks the runtime (aclrtQueryEventStatus) which streams
         are past the frees that wait on them, and frees those blocks.  Done
         on every allocation that would otherwise fail; call it to return
         memory sooner.  Returns the number of blocks freed."""
-        if self.backend != "acl":
+        if self.backend != "acl" or self._closed:
             return 0
         rt = self._acl.rt
         done = []
@@ -557,18 +603,18 @@ cdef class Device:
         for s, e in done:
             if s in self._pending and e in self._pending[s]:
                 self._pending[s].remove(e)
-                self._release([e], s, 0)
+                self._release([e], s, _ALL)
                 if not self._pending.get(s, True):
                     del self._pending[s]
         return before - len(self._pending_by_addr)
 
     cdef _release(self, list entries, object stream, uint64_t upto):
-        """Stream `stream` is done with the entries (those up to sequence
-        number upto, or all when 0); frees the ones no stream holds any more."""
+        """Stream `stream` is done with the entries up to sequence number upto
+        (_ALL: every one); frees the ones no stream holds any more."""
         cdef int k
         keep = []
         for e in entries:
-            if upto and e[3] > upto:
+            if e[3] > upto:
                 keep.append(e)
                 continue
             e[2].discard(stream)
@@ -614,14 +660,19 @@ cdef class Device:
         """Marks a live block as also used by stream: when freed, it waits for
         that stream too (as PyTorch's Tensor.record_stream)."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n
+        self._require_open("record_stream")
+        _check_stream(stream)
         cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
         if p is NULL or a in self._pending_by_addr or ascm_pool_usable_size(p, a, &n) != ASCM_OK:
-            raise InvalidFreeError(f"{ptr:#x} is not a live block of device {self.device_id}")
+            raise InvalidFreeError(f"{a:#x} is not a live block of device {self.device_id}")
         self._recorded.setdefault(a, set()).add(stream)
 
     def synchronize(self, stream=None):
         """The work queued on stream (every stream when None) is done: blocks
         waiting on it become free."""
+        self._require_open("synchronize")
+        if stream is not None:
+            _check_stream(stream)
         streams = list(self._pending) if stream is None else [stream]
         for s in streams:
             if self.backend == "acl":  # wait for the stream's queued work first
@@ -629,18 +680,27 @@ cdef class Device:
                 if ret != 0:
                     raise AscmemError(f"acl.rt.synchronize_stream returned {ret}")
             if s in self._pending:
-                self._release(self._pending[s], s, 0)
+                self._release(self._pending[s], s, _ALL)
 
     def record_event(self, stream):
         """An event on stream; complete_event(ev) frees what the stream had
         freed before it was recorded (the acl backend would map this onto
         aclrtRecordEvent / aclrtQueryEvent)."""
+        _check_stream(stream)
         return (stream, self._seq)
 
     def complete_event(self, event):
-        stream, upto = event
+        """The stream of event has passed it: frees what the stream had freed
+        before the event was recorded (nothing, if it had freed nothing)."""
+        try:
+            stream, upto = event
+            upto = as_u64(upto, "event sequence")
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(f"complete_event takes an event from record_event, not "
+                                    f"{event!r}") from None
+        _check_stream(stream)
         if stream in self._pending:
-            self._release(self._pending[stream], stream, upto if upto else 0xFFFFFFFFFFFFFFFF)
+            self._release(self._pending[stream], stream, upto)
 
     def pending_bytes(self):
         return self._pending_bytes
@@ -657,34 +717,32 @@ cdef class Device:
 
     cdef uint64_t _alloc_slow(self, int st, uint64_t size, uint32_t policy, int mode, int kind,
                               int events, object policy_obj, str call) except? 0:
+        """The first try failed with st: waits out a reset in progress; on a
+        lack of room frees what streams are done with and what is cached,
+        then asks the user's callback; the request counts once as failed."""
         cdef uint64_t addr
-        cdef int k
-        cdef ascm_pool *p
+        if st == ASCM_ERR_CLOSED:
+            self._wait_reset(call)
+            st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
-            # blocks whose streams are done, what is cached (empty slabs), then ask the user
             self.process_events()
             self._trim_all()
-            st = ascm_device_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+            st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
             if st != ASCM_OK and self._oom_callback is not None:
                 info = self._oom_info(size, kind)
                 if self._oom_callback(info):
                     self._counters["oom_retries"] += 1
-                    st = ascm_device_malloc(self._d, size, policy, mode, &addr, &kind, &events)
-            if st == ASCM_OK:
-                if events:
-                    self._events(events)
-                return addr
+                    st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+        if st == ASCM_OK:
+            if events:
+                self._events(events)
+            return addr
+        if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
+            ascm_device_count_failure(self._d, kind)
         self._failed(st, size, policy_obj, kind, events, call)
 
     cdef _trim_all(self):
-        cdef ascm_pool *p
-        released = 0
-        for k in range(ASCM_KINDS):
-            for i in range(ascm_device_chunk_count(self._d, k)):
-                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
-                if p is not NULL:
-                    released += ascm_pool_trim(p)
-        return released
+        return ascm_device_trim(self._d)
 
     def _oom_info(self, size, int kind):
         cdef ascm_stats s
@@ -696,57 +754,42 @@ cdef class Device:
                 "largest_free": s.largest_free if has else 0,
                 "pending_bytes": self._pending_bytes}
 
-    def malloc_host(self, size):
-        """aclrtMallocHost: host memory at a 64-byte boundary."""
-        cdef uint64_t addr, n = as_u64(size, "size")
-        cdef int kind, events
-        cdef int st = ascm_device_malloc(self._d, n + _GUARD if self._debug else n, 0,
-                                         ASCM_SIZE_HOST, &addr, &kind, &events)
-        if st != ASCM_OK:
-            self._failed(st, n, None, kind, events, "malloc_host")
-        if self._debug:
-            return self._guarded(addr, n)
-        return addr
-
-    def free_host(self, ptr):
-        cdef int kind
-        cdef uint64_t a = as_u64(ptr, "pointer")
-        if self._views or self._debug:
-            return self._free_slow(a, _HOST_MASK, None, "free_host")
-        cdef int st = ascm_device_free(self._d, a, _HOST_MASK, &kind)
-        if st != ASCM_OK:
-            _raise(st, self._bad_pointer(ptr, kind, "free_host", _HOST_MASK))
-
     # ---- real memory (host backend) ---------------------------------------------
 
     def buffer(self, ptr, nbytes=None):
         """A writable memoryview of a live block (host backend).  The rule for
         views: a block cannot be freed while a view of it (or a numpy array
         made from one) is alive; free raises InvalidFreeError."""
-        cdef uint64_t a = as_u64(ptr, "pointer"), usable
+        cdef uint64_t a = as_u64(ptr, "pointer"), usable, n
         cdef int k = -1
+        self._require_open("buffer")
         cdef ascm_pool *p = ascm_device_pool_at(self._d, a, &k)
-        if self.backend != "host":
+        if not self._up.readable:
             raise UnsupportedError(f"the {self.backend} backend holds no memory the host can "
                                    f"read; use backend='host'")
         if p is NULL or a in self._pending_by_addr or \
                 ascm_pool_requested_size(p, a, &usable) != ASCM_OK:
-            raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
-        if self._debug:
-            usable = self._guards.get(a, usable)  # the guard bytes are not the caller's
+            raise InvalidFreeError(f"{a:#x} is not the start of a live block")
+        if self._debug:  # the guard bytes are not the caller's
+            usable = min(<uint64_t>self._guards.get(a, usable), usable)
         n = usable if nbytes is None else as_u64(nbytes, "nbytes")
         if n == 0 or n > usable:
             raise InvalidArgumentError(f"nbytes {n} does not fit the block's {usable} bytes")
-        return memoryview(_BlockBuffer(self, a, n))
+        return memoryview(_make_block_buffer(self, a, n))
 
     def as_array(self, ptr, shape, dtype="uint8"):
         """A numpy array on a live block's memory (no copy); the array counts
         as a view of the block.  Arrays export DLPack (numpy.from_dlpack)."""
         np = _numpy()
-        dt = np.dtype(dtype)
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        try:
+            dt = np.dtype(dtype)
+            shape = (shape,) if isinstance(shape, int) else tuple(int(operator.index(s)) for s in shape)
+        except TypeError as e:
+            raise ArgumentTypeError(f"as_array: {e}") from None
         count = 1
         for s in shape:
+            if s < 0:
+                raise InvalidArgumentError(f"as_array: negative dimension in {shape}")
             count *= s
         buf = self.buffer(ptr, count * dt.itemsize)
         return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
@@ -755,7 +798,7 @@ cdef class Device:
         """Which pages the OS gave each kind's range (host backend)."""
         if self.backend != "host":
             return {}
-        return {MemKind(k).name.lower(): _OS_PAGES[self._os_got[k]]
+        return {MemKind(k).name.lower(): _OS_PAGES[self._up.pages.get(k, ASCM_OS_NORMAL)]
                 for k in range(ASCM_KINDS) if self._sizes[k]}
 
     # ---- failures and warnings ------------------------------------------------
@@ -768,7 +811,11 @@ cdef class Device:
                                    f"{self.profile.title}")
         if st == ASCM_ERR_INVAL:
             raise InvalidArgumentError(f"{call}: size must be at least 1 byte")
+        if st == ASCM_ERR_CLOSED:
+            raise DeviceClosedError(f"{call}: device {self.device_id} is closed")
         cdef ascm_stats s
+        if kind < 0 and size > _NO_DEVICE_HAS:
+            raise OutOfMemoryError(f"{call}({size}): larger than the memory of any device")
         name = MemKind(kind).name if 0 <= kind < ASCM_KINDS else "?"
         if not (0 <= kind < ASCM_KINDS and ascm_device_has_kind(self._d, kind)):
             raise OutOfMemoryError(f"{call}({size}): this device has no {name} memory")
@@ -776,7 +823,7 @@ cdef class Device:
         why = "the page budget is exhausted" if st == ASCM_ERR_BUDGET else "no free block fits"
         b = self.budget()
         upstream = ""
-        if self._max[kind] > self._sizes[kind] or len(self._extra[kind]) > 1:
+        if self._max[kind] > self._sizes[kind] or len(self._up.held[kind]) > 1:
             upstream = (f"; {ascm_device_chunk_count(self._d, kind)} chunk(s) hold "
                         f"{_fmt_bytes(self._taken[kind])} of the pool's "
                         f"{_fmt_bytes(self._max[kind])} maximum")
@@ -799,7 +846,7 @@ cdef class Device:
                 warnings.warn(f"device {self.device_id}: {_CAUSE_TEXT[cause]}",
                               PrecautionWarning, stacklevel=3)
 
-    def _bad_pointer(self, ptr, int kind, str call, unsigned mask):
+    def _bad_pointer(self, uint64_t ptr, int kind, str call, unsigned mask):
         if kind < 0:
             return f"{call}: {ptr:#x} is not memory of device {self.device_id} (foreign, or from before a reset)"
         if not (mask >> kind) & 1:
@@ -810,17 +857,20 @@ cdef class Device:
 
     def kind_of(self, ptr):
         """The MemKind of the range ptr lies in."""
-        cdef int k = ascm_device_kind_of(self._d, as_u64(ptr, "pointer"))
+        cdef uint64_t a = as_u64(ptr, "pointer")
+        self._require_open("kind_of")
+        cdef int k = ascm_device_kind_of(self._d, a)
         if k < 0:
-            raise InvalidArgumentError(f"{ptr:#x} is not memory of device {self.device_id}")
+            raise InvalidArgumentError(f"{a:#x} is not memory of device {self.device_id}")
         return MemKind(k)
 
     def usable_size(self, ptr):
         """The size a live block was given after the CANN rounding rule."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n
+        self._require_open("usable_size")
         cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
         if p is NULL or ascm_pool_requested_size(p, a, &n) != ASCM_OK:
-            raise InvalidFreeError(f"{ptr:#x} is not the start of a live block")
+            raise InvalidFreeError(f"{a:#x} is not the start of a live block")
         return n
 
     def as_model_input(self, ptr, length):
@@ -830,15 +880,16 @@ cdef class Device:
         length within the buffer's rounded size."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n = as_u64(length, "length"), size
         cdef int k = -1
+        self._require_open("as_model_input")
         cdef ascm_pool *p = ascm_device_pool_at(self._d, a, &k)
         if k == ASCM_KIND_HOST:
-            raise InvalidArgumentError(f"{ptr:#x} is host memory: model inference reads device "
+            raise InvalidArgumentError(f"{a:#x} is host memory: model inference reads device "
                                        f"or media memory")
         if p is NULL or ascm_pool_requested_size(p, a, &size) != ASCM_OK:
-            raise InvalidArgumentError(f"{ptr:#x} is not a live device or media buffer "
+            raise InvalidArgumentError(f"{a:#x} is not a live device or media buffer "
                                        f"(freed, interior, or foreign)")
         if a % MEDIA_ALIGN:
-            raise MisalignedError(f"{ptr:#x} is not 128-byte aligned, as model input carved from "
+            raise MisalignedError(f"{a:#x} is not 128-byte aligned, as model input carved from "
                                   f"media memory must be")
         if n == 0 or n > size:
             raise InvalidArgumentError(f"length {n} does not fit the buffer's {size} bytes")
@@ -863,11 +914,11 @@ cdef class Device:
         cdef int a
         try:
             a = int(MemAttr(attr))
-        except ValueError:
+        except (ValueError, TypeError):
             raise InvalidArgumentError(f"unknown aclrtMemAttr value {attr!r}") from None
         b = self.budget()
         hbm = self.profile.memory_type == "HBM"
-        if a <= 11:  # DDR_* even, HBM_* odd below 10; 10/11 are HBM 1G
+        if a <= 11:  # the HBM_* attributes are 1, 4, 5, 8, 9 (and 10, 11 for 1 GiB pages)
             is_hbm = a in (1, 4, 5, 8, 9, 10, 11)
             if is_hbm != hbm:
                 return (0, 0)
@@ -905,6 +956,7 @@ cdef class Device:
         cache AI CPU operators (training series, EP mode) the first job after
         start or reset takes that cache from device memory; A2/A3 products load
         their system package instead."""
+        self._require_open("begin_job")
         if self._job_started:
             return 0
         take = 0
@@ -921,56 +973,74 @@ cdef class Device:
     def reset(self):
         """aclrtResetDevice: frees every block, releases the AI CPU cache, and
         invalidates every pointer handed out before (freeing one raises
-        InvalidFreeError)."""
+        InvalidFreeError, after any number of resets).  All or nothing: if
+        the upstream refuses the fresh chunks, the device is left as it was
+        and the upstream's error is raised.  Callers without the GIL inside
+        the device are waited out; new ones are refused until it is over."""
         cdef uint64_t bases[5]
+        cdef uint64_t fresh[5]
+        self._require_open("reset")
         if self._views:
             raise InvalidArgumentError(f"reset: {sum(self._views.values())} buffer views of device "
                                        f"memory are still alive")
-        self._epoch += 1
-        if self.backend == "host":
-            old_chunks = self._extra
-            self._extra = self._map_ranges(self._real_base)  # new addresses: old pointers can not alias
-            self._unmap_chunks(old_chunks)
-        elif self.backend == "acl":
-            self.close()
-            self._acl_ranges(self._real_base)
-        for k in range(ASCM_KINDS):
-            self._taken[k] = self._sizes[k]
-        self._bases(bases)
-        ascm_device_charge_fixed(self._d, -<int64_t>self._fixed_taken)
-        self._fixed_taken = 0
+        with nogil:
+            ascm_device_quiesce(self._d)
+        try:
+            with self._grow_lock:
+                old = [list(held) for held in self._up.held]
+                self._first_chunks(fresh)  # raises with the device untouched
+                for k in range(ASCM_KINDS):
+                    self._real_base[k] = fresh[k]
+                self._epoch += 1
+                self._bases(bases)
+                if ascm_device_reset(self._d, bases) != ASCM_OK:
+                    raise OutOfMemoryError("host memory for the device's metadata ran out")
+                for k in range(ASCM_KINDS):  # stale pointers into these stay foreign
+                    for base, size in old[k]:
+                        self._up.retire(k, base, size)
+                    self._taken[k] = self._sizes[k]
+                self._forget_blocks()
+        finally:
+            ascm_device_reopen(self._d)
+
+    cdef _forget_blocks(self):
+        """Python-side state of the blocks a reset freed."""
+        self._fixed_taken = 0  # ascm_device_reset gave the runtime's memory back
         self._job_started = False
         self._reused_bytes = self._reuse_count = 0
+        self._drop_pending_events()
         self._pending.clear()
         self._pending_by_addr.clear()
         self._recorded.clear()
+        self._guards.clear()
         self._pending_bytes = 0
-        if ascm_device_reset(self._d, bases) != ASCM_OK:
-            raise OutOfMemoryError("host memory for the device's metadata ran out")
 
     def empty_cache(self):
         """Gives every pool's spare empty slabs back, and their pages to the
-        budget; on the host backend the pages of every fully free span go back
-        to the OS too (MADV_DONTNEED).  Returns the bytes released."""
+        budget; chunks that hold no live block go back upstream; on the host
+        backend the pages of every fully free span go back to the OS too
+        (MADV_DONTNEED).  Returns the bytes released: slabs, chunks, and the
+        resident host pages given back."""
         cdef ascm_pool *p
-        cdef list spans
+        self._require_open("empty_cache")
         released = self._trim_all()
         for k in range(ASCM_KINDS):
             with self._grow_lock:
                 released += self._release_empty(k)  # whole chunks back to the upstream
+            if self.backend != "host":
+                continue
+            page = 2 << 20 if k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP) else 4096
+            if k == ASCM_KIND_HUGE1G:
+                page = 1 << 30
             for i in range(ascm_device_chunk_count(self._d, k)):
                 p = ascm_device_chunk(self._d, k, i, NULL, NULL)
-                if p is NULL or self.backend != "host":
+                if p is NULL:
                     continue
-                spans = []
-                ascm_pool_walk_free(p, _collect, <void *>spans)
-                page = 2 << 20 if k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP) else 4096
-                if k == ASCM_KIND_HUGE1G:
-                    page = 1 << 30
-                for addr, size, _ in spans:
+                for addr, size, _ in _pool_blocks(p, True):
                     lo = (addr + page - 1) // page * page
                     hi = (addr + size) // page * page
                     if hi > lo:
+                        released += ascm_os_resident(lo, hi - lo)
                         ascm_os_discard(lo, hi - lo)
         return released
 
@@ -984,11 +1054,16 @@ cdef class Device:
 
     def set_memory_fraction(self, fraction):
         """Caps device memory at a fraction (0 < f <= 1) of the total."""
-        f = float(fraction)
+        try:
+            f = float(fraction)
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(f"memory fraction must be a number, not "
+                                    f"{type(fraction).__name__}") from None
         if not 0.0 < f <= 1.0:
             raise InvalidArgumentError(f"memory fraction must be in (0, 1], got {fraction!r}")
         total = self.budget()["total"]
-        ascm_device_set_limit(self._d, 0 if f == 1.0 else int(total * f))
+        # a tiny fraction still caps (a limit of 0 would mean no limit at all)
+        ascm_device_set_limit(self._d, 0 if f == 1.0 else max(1, int(total * f)))
 
     def stats(self):
         """Per kind: the pool's statistics; plus the budget and reuse counters."""
@@ -1004,7 +1079,7 @@ cdef class Device:
         b = self.budget()
         out["device"] = dict(b, aicpu_cache=self._fixed_taken, reserve_used=min(b["huge_used"], b["reserve"]),
                              reused_bytes=self._reused_bytes, reuse_count=self._reuse_count,
-                             pending_bytes=self._pending_bytes,
+                             pending_bytes=self._pending_bytes, closed=self._closed,
                              **self._counters)
         return out
 
@@ -1012,17 +1087,14 @@ cdef class Device:
         """Live blocks: dicts of address, size (usable), requested (after the
         CANN rounding) and kind, in address order."""
         blocks = []
-        cdef list found
         cdef ascm_pool *p
         for k in range(ASCM_KINDS):
-            found = []
+            kind = MemKind(k)
             for i in range(ascm_device_chunk_count(self._d, k)):
                 p = ascm_device_chunk(self._d, k, i, NULL, NULL)
                 if p is not NULL:
-                    ascm_pool_walk(p, _collect, <void *>found)
-            kind = MemKind(k)
-            blocks.extend({"address": a, "size": u, "requested": r, "kind": kind}
-                          for a, u, r in found)
+                    blocks.extend({"address": a, "size": u, "requested": r, "kind": kind}
+                                  for a, u, r in _pool_blocks(p, False))
         blocks.sort(key=lambda b: b["address"])
         return blocks
 
@@ -1039,10 +1111,10 @@ cdef class Device:
                 if p is not NULL and ascm_pool_check(p, msg, MSG_LEN) != ASCM_OK:
                     raise CorruptionError(f"{MemKind(k).name} chunk {i}: " +
                                           msg.decode("utf-8", "replace"))
-            if self.backend != "sim" and ascm_device_has_kind(self._d, k):
-                held = sum(size for _, size in self._extra[k])
-                if held != self._taken[k] or held > self._max[k] or \
-                        len(self._extra[k]) != ascm_device_chunk_count(self._d, k):
+            if self.backend != "sim" and not self._closed and ascm_device_has_kind(self._d, k):
+                held = self._up.held[k]
+                if sum(size for _, size in held) != self._taken[k] or self._taken[k] > self._max[k] or \
+                        sorted(held) != sorted(self.chunks(k)):
                     raise CorruptionError(f"{MemKind(k).name}: chunk accounting is wrong")
         b = self.budget()
         pages = 0
@@ -1055,7 +1127,7 @@ cdef class Device:
 
     def range_of(self, kind):
         """(base, size) of a kind's address range, or None."""
-        cdef int k = int(MemKind(kind))
+        cdef int k = _kind_arg(kind)
         cdef uint64_t base, size
         if ascm_device_chunk(self._d, k, 0, &base, &size) is NULL:
             return None
@@ -1063,7 +1135,10 @@ cdef class Device:
 
     def __repr__(self):
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
-                f"backend={self.backend}>")
+                f"backend={self.backend}{' closed' if self._closed else ''}>")
+
+
+cdef uint64_t _ALL = 0xFFFFFFFFFFFFFFFF  # _release: every entry, whatever its sequence number
 
 
 cdef inline uint32_t _policy(object policy) except? 0xFFFFFFFF:
@@ -1089,25 +1164,44 @@ def _policy_name(policy):
 
 def _pluggable_register(int index, Device device=None):
     """Points the pluggable-allocator functions for device index at device
-    (None: unregisters).  Used by ascmem.pluggable."""
-    if ascm_pluggable_register(index, device._d if device is not None else NULL) != ASCM_OK:
+    (None: unregisters).  Waits, without the GIL, for calls still using the
+    device registered before.  Used by ascmem.pluggable."""
+    cdef ascm_device *d = device._d if device is not None else NULL
+    cdef int st
+    with nogil:
+        st = ascm_pluggable_register(index, d)
+    if st != ASCM_OK:
         raise InvalidArgumentError(f"device index {index} is outside 0..63")
+
+
+# Only the Device makes block buffers: one built from Python could point
+# anywhere.  The token is not reachable from Python.
+cdef object _BUFFER_TOKEN = object()
+
+
+cdef _BlockBuffer _make_block_buffer(Device dev, uint64_t addr, uint64_t nbytes):
+    return _BlockBuffer(_BUFFER_TOKEN, dev, addr, nbytes)
 
 
 @cython.final
 cdef class _BlockBuffer:
     """Exports a live block of a host-backend Device through the buffer
-    protocol, counting exports so that the block cannot be freed under them."""
+    protocol, counting exports so that the block cannot be freed under them.
+    Made by Device.buffer() only."""
     cdef Device dev
     cdef uint64_t addr, nbytes
     cdef Py_ssize_t shape[1]
 
-    def __cinit__(self, Device dev, uint64_t addr, uint64_t nbytes):
+    def __cinit__(self, token, Device dev, uint64_t addr, uint64_t nbytes):
+        if token is not _BUFFER_TOKEN:
+            raise TypeError("block buffers are made by Device.buffer(), not directly")
         self.dev = dev
         self.addr = addr
         self.nbytes = nbytes
 
     def __getbuffer__(self, Py_buffer *view, int flags):
+        if self.dev._closed:
+            raise DeviceClosedError("the device of this buffer is closed")
         self.shape[0] = <Py_ssize_t>self.nbytes
         view.buf = <void *><size_t>self.addr
         view.obj = self

@@ -9,6 +9,7 @@ e.g. canncommercial 8.0 ``aclcppdevg_03_1345`` and the pyACL page
 ACL_SUCCESS = 0
 ACL_ERROR_INVALID_PARAM = 100000
 ACL_ERROR_RT_PARAM_INVALID = 107000
+ACL_ERROR_RT_CONTEXT_NULL = 107002
 ACL_ERROR_BAD_ALLOC = 200000
 ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
 ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
@@ -57,6 +58,15 @@ class UnsupportedError(AscmemError):
     """The product does not support this (a P2P or 1 GiB-page policy...)."""
 
     code = ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+
+
+class DeviceClosedError(AscmemError):
+    """The device was closed: its memory went back to the upstream, and every
+    allocation, free or view fails (the runtime's answer once a device's
+    context is gone: 107002, ACL_ERROR_RT_CONTEXT_NULL, in
+    ``include/external/acl/error_codes/rt_error_codes.h``)."""
+
+    code = ACL_ERROR_RT_CONTEXT_NULL
 
 
 class CorruptionError(AscmemError):

@@ -1,0 +1,164 @@
+# Upstreams: where a Device's chunks come from and where they go back (one
+# class per backend).  Included by _core.pyx.
+#
+# An upstream owns every chunk it handed out until it takes it back, and
+# gives them all back when it is closed or collected -- whatever happened to
+# the Device.  That is what keeps memory from leaking when a Device dies in a
+# reference cycle (the collector clears the Device's fields before its
+# deallocation runs, so the Device cannot be relied on to clean up) or when
+# its constructor fails half-way.
+
+from ascmem.errors import AscmemError, MisalignedError, UnsupportedError
+from ascmem.rules import MemKind
+
+# acl backend: how each kind's chunks are taken from the runtime and given back
+# (namespace, function, policy or None, free function)
+_ACL_CALLS = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
+              ASCM_KIND_NORMAL: ("rt", "malloc", 2, "free"),
+              ASCM_KIND_DVPP: ("media", "dvpp_malloc", None, "dvpp_free"),
+              ASCM_KIND_HOST: ("rt", "malloc_host", None, "free_host"),
+              ASCM_KIND_HUGE1G: ("rt", "malloc", 6, "free")}
+# pyACL codes that mean "the runtime is out of memory" (aclError: 207001
+# ACL_ERROR_RT_MEMORY_ALLOCATION, 200000 ACL_ERROR_BAD_ALLOC)
+_UPSTREAM_OOM = (207001, 200000)
+_CHUNK_ALIGN = 2 << 20
+_OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
+             ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
+
+
+class UpstreamError(AscmemError):
+    """The upstream (the OS, the Ascend runtime) refused a chunk; ``code`` is
+    the runtime's."""
+
+
+cdef class _Upstream:
+    """The chunks a device holds, per kind, as (base, size) in the order taken.
+    The sim backend's upstream hands out nothing: its ranges are numbers.
+
+    Every field lives here, none in the subclasses: the base class's
+    deallocation runs close(), which must still find them (Cython clears a
+    subclass's fields before the base's __dealloc__ runs)."""
+    cdef readonly list held      # per kind: [(base, size), ...]
+    cdef readonly str name
+    cdef readonly bint readable  # the host can read and write the memory
+    cdef readonly object acl     # acl: the pyACL module
+    cdef readonly dict pages     # host: kind -> ASCM_OS_* of its first chunk
+    cdef list _quarantine        # host: [(base, size)] retired, reserved, inaccessible
+
+    def __cinit__(self, *args, **kwargs):
+        self.held = [[] for _ in range(ASCM_KINDS)]
+        self.name = "sim"
+        self.readable = False
+        self.pages = {}
+        self._quarantine = []
+
+    def take(self, int k, uint64_t size):
+        """One chunk: its base.  Raises UpstreamError if refused."""
+        raise UnsupportedError("the sim backend takes no memory from an upstream")
+
+    def give(self, int k, uint64_t base, uint64_t size):
+        """Gives one chunk back."""
+        self.held[k].remove((base, size))
+        self._release(k, base, size)
+
+    def retire(self, int k, uint64_t base, uint64_t size):
+        """Gives a chunk back after a reset; pointers into it must stay
+        foreign to the device (see the host upstream)."""
+        self.give(k, base, size)
+
+    def close(self):
+        """Gives every chunk back; idempotent."""
+        for k in range(ASCM_KINDS):
+            while self.held[k]:
+                base, size = self.held[k].pop()
+                self._release(k, base, size)
+
+    def _release(self, int k, uint64_t base, uint64_t size):
+        pass
+
+    def __dealloc__(self):
+        try:
+            self.close()
+        except BaseException:  # nothing may escape a destructor
+            pass
+
+
+cdef class _HostUpstream(_Upstream):
+    """Real memory from mmap; huge kinds 2 MiB-aligned, on huge pages if the
+    OS has them.  A chunk retired by a reset stays reserved as inaccessible
+    address space (no physical memory), so the OS cannot hand its addresses
+    out again while the device lives: a pointer from before any number of
+    resets stays foreign.  close() returns the reservations too."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.name = "host"
+        self.readable = True
+
+    def take(self, int k, uint64_t size):
+        cdef uint64_t addr
+        cdef int got
+        huge = k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G)
+        if ascm_os_reserve(size, _CHUNK_ALIGN if huge else 4096, huge, &addr, &got) != ASCM_OK:
+            raise UpstreamError(f"the OS refused {_fmt_bytes(size)} of address space for "
+                                f"{MemKind(k).name} memory")
+        self.pages.setdefault(k, got)
+        self.held[k].append((addr, size))
+        return addr
+
+    def retire(self, int k, uint64_t base, uint64_t size):
+        self.held[k].remove((base, size))
+        if ascm_os_quarantine(base, size) == ASCM_OK:
+            self._quarantine.append((base, size))
+        else:  # cannot keep the addresses: at least give the memory back
+            ascm_os_release(base, size)
+
+    def close(self):
+        _Upstream.close(self)
+        while self._quarantine:
+            base, size = self._quarantine.pop()
+            ascm_os_release(base, size)
+
+    def _release(self, int k, uint64_t base, uint64_t size):
+        ascm_os_release(base, size)
+
+
+cdef class _AclUpstream(_Upstream):
+    """Chunks from the CANN runtime through pyACL (aclrtMalloc with the kind's
+    policy, acldvppMalloc, aclrtMallocHost), sub-allocated by ascmem as CANN
+    advises instead of frequent aclrtMalloc calls."""
+
+    def __cinit__(self, acl_module, *args, **kwargs):
+        self.name = "acl"
+        self.acl = acl_module
+
+    def take(self, int k, uint64_t size):
+        ns, name, policy, free_name = _ACL_CALLS[k]
+        fn = getattr(getattr(self.acl, ns), name)
+        ptr, ret = fn(size, policy) if policy is not None else fn(size)
+        if ret == 0 and isinstance(ptr, int) and ptr > 0 and ptr % 4096 == 0 and \
+                ptr + size < (1 << 64):
+            self.held[k].append((ptr, size))
+            return ptr
+        if ret == 0 and isinstance(ptr, int) and ptr > 0:  # a pointer we cannot use: give it back
+            getattr(getattr(self.acl, ns), free_name)(ptr)
+            raise MisalignedError(f"acl.{ns}.{name}({size}) returned {ptr:#x}, not 4 KiB "
+                                  f"aligned (or past the address space)")
+        err = OutOfMemoryError if ret in _UPSTREAM_OOM else UpstreamError
+        e = err(f"acl.{ns}.{name}({size}) for the {MemKind(k).name} pool returned "
+                f"{ret if ret else 'a null pointer'}")
+        e.code = ret if ret else 207001
+        raise e
+
+    def _release(self, int k, uint64_t base, uint64_t size):
+        ns, _, _, free_name = _ACL_CALLS[k]
+        ret = getattr(getattr(self.acl, ns), free_name)(base)
+        if ret != 0:
+            warnings.warn(f"acl.{ns}.{free_name}({base:#x}) returned {ret}", ResourceWarning)
+
+
+cdef _Upstream _make_upstream(str backend, object acl_module):
+    if backend == "host":
+        return _HostUpstream()
+    if backend == "acl":
+        return _AclUpstream(acl_module)
+    return _Upstream()
