@@ -15,13 +15,24 @@ out go to the module's original free; ``uninstall()`` restores everything.
 import os
 import threading
 import types
+import warnings
 
 import ascmem
-from ascmem.errors import ACL_ERROR_INVALID_PARAM, ACL_SUCCESS, AscmemError
+from ascmem.errors import (ACL_ERROR_INTERNAL_ERROR, ACL_ERROR_INVALID_PARAM, ACL_SUCCESS,
+                           AscmemError, InvalidArgumentError)
 
 _lock = threading.Lock()
 _device = None
 _devices = {}
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it in the parent
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def use(device):
@@ -42,26 +53,31 @@ def device():
 
 
 def _code(exc):
-    return getattr(exc, "code", ACL_ERROR_INVALID_PARAM)
-
-
-def _alloc(call, *args):
-    try:
-        return call(*args), ACL_SUCCESS
-    except AscmemError as exc:
-        return 0, _code(exc)
-    except (TypeError, ValueError):
-        return 0, ACL_ERROR_INVALID_PARAM
-
-
-def _free(call, ptr):
-    try:
-        call(ptr)
-        return ACL_SUCCESS
-    except AscmemError as exc:
-        return _code(exc)
-    except (TypeError, ValueError):
+    """The aclError code a pyACL call returns for an exception: the one ascmem
+    errors carry, ACL_ERROR_INVALID_PARAM for bad arguments, else
+    ACL_ERROR_INTERNAL_ERROR.  A drop-in never raises."""
+    if isinstance(exc, AscmemError):
+        return exc.code
+    if isinstance(exc, (TypeError, ValueError, OverflowError)):
         return ACL_ERROR_INVALID_PARAM
+    return ACL_ERROR_INTERNAL_ERROR
+
+
+def _alloc(method, *args):
+    """ptr, ret of device().method(*args): (0, code) on any failure, also a
+    default device that cannot be made (a bad ASCMEM_MODEL or backend)."""
+    try:
+        return getattr(device(), method)(*args), ACL_SUCCESS
+    except Exception as exc:
+        return 0, _code(exc)
+
+
+def _free(method, ptr):
+    try:
+        getattr(device(), method)(ptr)
+        return ACL_SUCCESS
+    except Exception as exc:
+        return _code(exc)
 
 
 def init(config_path=None):
@@ -72,9 +88,13 @@ def finalize():
     return ACL_SUCCESS
 
 
+def _is_device_id(device_id):
+    return isinstance(device_id, int) and not isinstance(device_id, bool) and 0 <= device_id < 64
+
+
 def _set_device(device_id):
     global _device
-    if not isinstance(device_id, int) or device_id < 0:
+    if not _is_device_id(device_id):
         return ACL_ERROR_INVALID_PARAM
     with _lock:
         if device_id not in _devices:
@@ -82,17 +102,30 @@ def _set_device(device_id):
                 _devices[device_id] = ascmem.Device(
                     os.environ.get("ASCMEM_MODEL", "atlas-inference"),
                     backend=os.environ.get("ASCMEM_BACKEND", "sim"), device_id=device_id)
-            except AscmemError as exc:
+            except Exception as exc:
                 return _code(exc)
         _device = _devices[device_id]
     return ACL_SUCCESS
 
 
+def _device_by_id(device_id):
+    """The device set for device_id (set_device, or the default one), or None."""
+    if not _is_device_id(device_id):
+        return None
+    dev = _devices.get(device_id)
+    if dev is None and _device is not None and _device.device_id == device_id:
+        dev = _device
+    return dev
+
+
 def _reset_device(device_id):
-    dev = _devices.get(device_id) or (_device if _device and _device.device_id == device_id else None)
+    dev = _device_by_id(device_id)
     if dev is None:
         return ACL_ERROR_INVALID_PARAM
-    dev.reset()
+    try:
+        dev.reset()
+    except Exception as exc:
+        return _code(exc)
     return ACL_SUCCESS
 
 
@@ -100,27 +133,43 @@ def _get_mem_info(attr):
     try:
         free, total = device().get_mem_info(attr)
         return free, total, ACL_SUCCESS
-    except AscmemError as exc:
+    except Exception as exc:
         return 0, 0, _code(exc)
 
 
+def _himpi_dvpp_malloc(dev_id, size):
+    """hi_mpi_dvpp_malloc(dev_id, size): dev_id must name a device in use."""
+    if not _is_device_id(dev_id):
+        return 0, ACL_ERROR_INVALID_PARAM
+    try:
+        dev = _device_by_id(dev_id) or (device() if device().device_id == dev_id else None)
+    except Exception as exc:
+        return 0, _code(exc)
+    if dev is None:
+        return 0, ACL_ERROR_INVALID_PARAM
+    try:
+        return dev.dvpp_malloc(size), ACL_SUCCESS
+    except Exception as exc:
+        return 0, _code(exc)
+
+
 rt = types.SimpleNamespace(
-    malloc=lambda size, policy=0: _alloc(device().malloc, size, policy),
-    malloc_align32=lambda size, policy=0: _alloc(device().malloc_align32, size, policy),
-    free=lambda ptr: _free(device().free, ptr),
-    malloc_host=lambda size: _alloc(device().malloc_host, size),
-    free_host=lambda ptr: _free(device().free_host, ptr),
+    malloc=lambda size, policy=0: _alloc("malloc", size, policy),
+    malloc_align32=lambda size, policy=0: _alloc("malloc_align32", size, policy),
+    free=lambda ptr: _free("free", ptr),
+    malloc_host=lambda size: _alloc("malloc_host", size),
+    free_host=lambda ptr: _free("free_host", ptr),
     get_mem_info=_get_mem_info,
     set_device=_set_device,
     reset_device=_reset_device,
 )
 media = types.SimpleNamespace(
-    dvpp_malloc=lambda size: _alloc(device().dvpp_malloc, size),
-    dvpp_free=lambda ptr: _free(device().dvpp_free, ptr),
+    dvpp_malloc=lambda size: _alloc("dvpp_malloc", size),
+    dvpp_free=lambda ptr: _free("dvpp_free", ptr),
 )
 himpi = types.SimpleNamespace(
-    dvpp_malloc=lambda dev_id, size: _alloc(device().dvpp_malloc, size),
-    dvpp_free=lambda ptr: _free(device().dvpp_free, ptr),
+    dvpp_malloc=_himpi_dvpp_malloc,
+    dvpp_free=lambda ptr: _free("dvpp_free", ptr),
 )
 
 # ---- patching a real pyACL module ------------------------------------------------------
@@ -135,37 +184,63 @@ _saved = []
 
 
 def install(module):
-    """Routes a pyACL module's memory calls through ascmem, in place."""
+    """Routes a pyACL module's memory calls through ascmem, in place.  All or
+    nothing: if one function cannot be replaced (a read-only namespace), the
+    ones already replaced are put back and InvalidArgumentError is raised."""
     if _saved:
         raise RuntimeError("ascmem.acl is already installed; uninstall() first")
     mine = {"rt": rt, "media": media, "himpi": himpi}
-    for ns_name, names in _PATCHED.items():
-        ns = getattr(module, ns_name, None)
-        if ns is None:
-            continue
-        for name in names:
-            original = getattr(ns, name, None)
-            if original is None:
+    done = []
+    try:
+        for ns_name, names in _PATCHED.items():
+            ns = getattr(module, ns_name, None)
+            if ns is None:
                 continue
-            _saved.append((ns, name, original))
-            ours = getattr(mine[ns_name], name)
-            if (ns_name, name) in _FREES:
-                ours = _free_or_forward(ours, original)
-            setattr(ns, name, ours)
+            for name in names:
+                original = getattr(ns, name, None)
+                if original is None:
+                    continue
+                ours = getattr(mine[ns_name], name)
+                if (ns_name, name) in _FREES:
+                    ours = _free_or_forward(ours, original)
+                try:
+                    setattr(ns, name, ours)
+                except Exception as exc:
+                    raise InvalidArgumentError(f"cannot replace {ns_name}.{name} of {module!r}: "
+                                               f"{exc}") from None
+                done.append((ns, name, original))
+    except BaseException:
+        _restore(done)
+        raise
+    _saved.extend(done)
 
 
 def _free_or_forward(ours, original):
     def free(ptr):
         try:
             mine = device().kind_of(ptr) is not None
-        except AscmemError:
+        except Exception:
             mine = False
         return ours(ptr) if mine else original(ptr)
     return free
 
 
+def _restore(patched):
+    """Puts originals back, newest first; returns what could not be."""
+    failed = []
+    while patched:
+        ns, name, original = patched.pop()
+        try:
+            setattr(ns, name, original)
+        except Exception as exc:
+            failed.append(f"{name}: {exc}")
+    return failed
+
+
 def uninstall():
-    """Puts back every function install() replaced."""
-    while _saved:
-        ns, name, original = _saved.pop()
-        setattr(ns, name, original)
+    """Puts back every function install() replaced.  Never raises: what
+    cannot be put back is reported as a ResourceWarning."""
+    failed = _restore(_saved)
+    if failed:
+        warnings.warn("ascmem.acl.uninstall could not restore " + "; ".join(failed),
+                      ResourceWarning, stacklevel=2)

@@ -246,7 +246,7 @@ def build_parser():
     trace_args(s)
     s.add_argument("--allocator", action="append", choices=["pool", "buddy", "tlsf", "bestfit"],
                    help="repeat to compare several (default: all available)")
-    s.add_argument("--resolution", type=int, default=64 * 1024,
+    s.add_argument("--resolution", type=_positive_int, default=64 * 1024,
                    help="bisection step in bytes (default: %(default)s)")
     s.set_defaults(func=cmd_fit)
 
@@ -254,6 +254,16 @@ def build_parser():
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     s.set_defaults(func=cmd_bench)
     return p
+
+
+def _positive_int(text):
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {value}")
+    return value
 
 
 def main(argv=None):

@@ -65,26 +65,36 @@ class Trace:
 
 def _open_text(path_or_file):
     if hasattr(path_or_file, "read"):
-        data = path_or_file.read()
-        name = getattr(path_or_file, "name", "trace")
+        name = str(getattr(path_or_file, "name", "trace"))
+        try:
+            data = path_or_file.read()
+        except UnicodeDecodeError as exc:  # a file opened in text mode
+            raise TraceError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except OSError as exc:
+            raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
     else:
-        name = os.fspath(path_or_file)
+        try:
+            name = os.fspath(path_or_file)
+        except TypeError:
+            raise TraceError(f"{path_or_file!r}: not a path or a file") from None
+        name = os.fsdecode(name) if isinstance(name, bytes) else name
         try:
             with open(name, "rb") as f:
                 data = f.read()
-        except OSError as exc:
-            raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise TraceError(f"{name!r}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     if isinstance(data, str):
-        return io.StringIO(data, newline=""), name
+        return io.StringIO(data.lstrip("\ufeff"), newline=""), name
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (EOFError, OSError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
-    try:
-        return io.StringIO(data.decode("utf-8"), newline=""), name
-    except UnicodeDecodeError:
-        raise TraceError(f"{name}: not a text CSV file") from None
+    try:  # utf-8-sig: a byte-order mark (spreadsheet exports write one) is not part of the header
+        return io.StringIO(data.decode("utf-8-sig"), newline=""), name
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{name}: not a text CSV file (not UTF-8: {exc.reason} at byte "
+                         f"{exc.start})") from None
 
 
 def load(path_or_file):
@@ -121,8 +131,8 @@ def _parse(reader, name):
                 size = int(row[2])
             except ValueError:
                 raise TraceError(f"{where}: size {row[2]!r} is not an integer") from None
-            if size <= 0:
-                raise TraceError(f"{where}: size must be positive (got {size})")
+            if size <= 0 or size >= 1 << 64:
+                raise TraceError(f"{where}: size must be positive and below 2**64 (got {size})")
             if ident in seen:
                 raise TraceError(f"{where}: id {ident} was allocated before (duplicate id)")
             kind = row[kind_col].strip().lower() if kind_col is not None and kind_col < len(row) else ""
@@ -134,6 +144,9 @@ def _parse(reader, name):
                     policy = int(row[policy_col], 0)
                 except ValueError:
                     raise TraceError(f"{where}: policy {row[policy_col]!r} is not an integer") from None
+                if not 0 <= policy < 1 << 32:
+                    raise TraceError(f"{where}: policy {policy} is not an aclrtMemMallocPolicy "
+                                     f"value (0 to 2**32 - 1)")
             seen.add(ident)
             ev = Event("a", ident, size, kind, policy, lineno)
             open_ids[ident] = ev
@@ -455,6 +468,9 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
     """The smallest capacity (a multiple of resolution) in which the trace
     replays with no failure, by bisection.  allocator: a name, or a callable
     capacity -> allocator object."""
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution <= 0:
+        raise InvalidArgumentError(f"resolution must be a positive number of bytes, not "
+                                   f"{resolution!r}")
     peak = trace.peak_live()
     lo = max(resolution, peak // resolution * resolution)  # below peak_live nothing fits
     if hi is None:
