@@ -227,13 +227,9 @@ cdef object _u64_array(object values, str what):
     if arr.dtype.kind not in "iu":
         if isinstance(values, np.ndarray) or arr.dtype.kind not in "fO":
             raise ArgumentTypeError(f"{what} must be integers, not {arr.dtype}")
-        flat = arr.reshape(-1)
-        out = np.empty(flat.shape[0], dtype=np.uint64)
-        for i in range(flat.shape[0]):
-            v = flat[i]
-            v = v.item() if hasattr(v, "item") and not isinstance(v, int) else v
-            if isinstance(v, float):
-                raise ArgumentTypeError(f"{what}[{i}] must be an integer, not float")
+        items = list(values)  # the caller's own objects, not numpy's floats
+        out = np.empty(len(items), dtype=np.uint64)
+        for i, v in enumerate(items):
             out[i] = as_u64(v, f"{what}[{i}]")
         return out
     if arr.dtype.kind == "i" and arr.min() < 0:

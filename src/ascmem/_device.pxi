@@ -988,7 +988,12 @@ cdef class Device:
         try:
             with self._grow_lock:
                 old = [list(held) for held in self._up.held]
-                self._first_chunks(fresh)  # raises with the device untouched
+                try:
+                    self._first_chunks(fresh)  # raises with the device untouched
+                except UpstreamError:
+                    if not self._up.drop_quarantine():
+                        raise
+                    self._first_chunks(fresh)  # the OS had run short of mappings
                 for k in range(ASCM_KINDS):
                     self._real_base[k] = fresh[k]
                 self._epoch += 1

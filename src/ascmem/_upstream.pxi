@@ -22,6 +22,11 @@ _ACL_CALLS = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
 # ACL_ERROR_RT_MEMORY_ALLOCATION, 200000 ACL_ERROR_BAD_ALLOC)
 _UPSTREAM_OOM = (207001, 200000)
 _CHUNK_ALIGN = 2 << 20
+# Retired host ranges kept reserved per device: each costs the process one
+# mapping (the kernel allows about 65,000 in all) and no memory, so the
+# oldest are let go past this many -- a pointer from within the last
+# thousand resets or so (four kinds each) is always refused.
+_QUARANTINE_MAX = 4096
 _OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
              ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
 
@@ -66,6 +71,9 @@ cdef class _Upstream:
         foreign to the device (see the host upstream)."""
         self.give(k, base, size)
 
+    def drop_quarantine(self):
+        return 0
+
     def close(self):
         """Gives every chunk back; idempotent."""
         for k in range(ASCM_KINDS):
@@ -87,8 +95,10 @@ cdef class _HostUpstream(_Upstream):
     """Real memory from mmap; huge kinds 2 MiB-aligned, on huge pages if the
     OS has them.  A chunk retired by a reset stays reserved as inaccessible
     address space (no physical memory), so the OS cannot hand its addresses
-    out again while the device lives: a pointer from before any number of
-    resets stays foreign.  close() returns the reservations too."""
+    out again while the device lives: a pointer from before a reset stays
+    foreign, for the last _QUARANTINE_MAX retired ranges (and all of them
+    when the OS runs short of mappings: see drop_quarantine).  close()
+    returns the reservations too."""
 
     def __cinit__(self, *args, **kwargs):
         self.name = "host"
@@ -111,6 +121,18 @@ cdef class _HostUpstream(_Upstream):
             self._quarantine.append((base, size))
         else:  # cannot keep the addresses: at least give the memory back
             ascm_os_release(base, size)
+        while len(self._quarantine) > _QUARANTINE_MAX:
+            old_base, old_size = self._quarantine.pop(0)
+            ascm_os_release(old_base, old_size)
+
+    def drop_quarantine(self):
+        """Lets every retired range go (the OS refused fresh address space);
+        returns how many."""
+        n = len(self._quarantine)
+        while self._quarantine:
+            base, size = self._quarantine.pop()
+            ascm_os_release(base, size)
+        return n
 
     def close(self):
         _Upstream.close(self)

@@ -1,0 +1,656 @@
+"""Hardening after an adversarial review (issue 14): one test per finding.
+
+Each test names its item.  Crashes and hangs run in a child process with a
+timeout, so that a regression fails the test instead of killing or hanging
+the suite."""
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import types
+
+import numpy as np
+import pytest
+
+import ascmem
+from ascmem import MemKind, Policy
+from ascmem import acl as aacl
+from ascmem import pluggable as pl
+from ascmem import trace as tr
+from ascmem.errors import (ArgumentTypeError, DeviceClosedError, InvalidArgumentError,
+                           InvalidFreeError, MisalignedError, OutOfMemoryError)
+
+import fake_acl
+from conftest import BASE, MiB
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_child(code, timeout=120):
+    """Runs code in a fresh interpreter; returns its CompletedProcess.  A
+    crash shows as a negative return code, a hang as TimeoutExpired."""
+    env = dict(os.environ, PYTHONPATH=TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+# ---- crashes and hangs ------------------------------------------------------------
+
+def test_1_reset_and_close_while_raw_callers_run():
+    """Threads inside the pluggable functions (ctypes drops the GIL), one of
+    them making a growable host pool grow through the Python hook, while the
+    main thread resets the device and finally closes it."""
+    r = run_child("""
+        import threading, time, ascmem
+        from ascmem import pluggable as pl
+        MiB = 1 << 20
+        d = ascmem.Device("atlas-training", backend="host", device_id=11,
+                          pool_sizes={"normal": (4 * MiB, 64 * MiB), "huge": (8 * MiB, 64 * MiB),
+                                      "dvpp": 2 * MiB, "host": 2 * MiB})
+        pl.configure(d)
+        fns = pl.functions()
+        alloc, free = fns[pl.ALLOC], fns[pl.FREE]
+        stop = False
+        done = [0, 0]
+        def raw(seed):
+            live = []
+            i = 0
+            while not stop:
+                i += 1
+                p = alloc(1000 + (seed * 7919 + i * 104729) % (3 * MiB), 11, None)
+                if p:
+                    live.append(p); done[0] += 1
+                else:
+                    done[1] += 1  # refused during a reset, or out of memory
+                if len(live) > 30:
+                    free(live.pop(0), 0, 11, None)
+        threads = [threading.Thread(target=raw, args=(s,)) for s in range(3)]
+        for t in threads: t.start()
+        t0 = time.time()
+        resets = 0
+        try:
+            while time.time() - t0 < 1.5:
+                d.reset(); resets += 1
+            d.close()
+            time.sleep(0.05)
+        finally:
+            stop = True
+            for t in threads: t.join()
+        assert alloc(100, 11, None) is None  # closed: refused, not a crash
+        pl.unconfigure(11)
+        print("ok", resets, done)
+    """)
+    assert r.stdout.startswith("ok")
+
+
+def test_2_garbage_collection_inside_a_walk_cannot_deadlock():
+    """Objects whose finalizers drop the GIL are collected at every
+    allocation, while one thread walks (snapshot, empty_cache) and another
+    allocates with the GIL held."""
+    run_child("""
+        import gc, threading, time, ascmem
+        class Sleeper:
+            def __del__(self):
+                time.sleep(0)  # releases the GIL inside the collector
+        d = ascmem.Device("atlas-training", backend="host", host_memory=64 << 20)
+        kept = [d.malloc(512 + i) for i in range(3000)]
+        gc.set_threshold(1, 1, 1)
+        stop = False
+        def alloc_loop():
+            while not stop:
+                junk = [Sleeper() for _ in range(5)]
+                for c in range(20):
+                    junk.append([junk])  # cycles, so that the collector runs
+                d.free(d.malloc(1000))
+        t = threading.Thread(target=alloc_loop); t.start()
+        for _ in range(30):
+            assert len(d.snapshot()) >= 3000
+            d.empty_cache()
+        stop = True; t.join()
+        print("ok")
+    """, timeout=120)
+
+
+def test_3_fork_during_gil_free_batch_calls_and_check():
+    run_child("""
+        import os, threading, time, numpy as np, ascmem
+        pool = ascmem.Pool(1 << 30, base=1 << 32)
+        dev = ascmem.Device("atlas-training")
+        stop = False
+        def batches():
+            sizes = np.full(20000, 200)
+            while not stop:
+                pool.free_many(pool.alloc_many(sizes))
+                pool.check()
+        threads = [threading.Thread(target=batches) for _ in range(2)]
+        for t in threads: t.start()
+        time.sleep(0.05)
+        for i in range(20):
+            pid = os.fork()
+            if pid == 0:
+                p = pool.alloc(4096); pool.free(p); pool.check()
+                q = dev.malloc(4096); dev.free(q); dev.check()
+                os._exit(0)
+            deadline = time.time() + 20
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    assert os.waitstatus_to_exitcode(status) == 0, status
+                    break
+                if time.time() > deadline:
+                    os.kill(pid, 9)
+                    raise SystemExit(f"child {i} hung on an inherited lock")
+                time.sleep(0.005)
+        stop = True
+        for t in threads: t.join()
+        print("ok")
+    """, timeout=120)
+
+
+def test_4_debug_guard_bytes_cannot_wrap_and_the_retry_path_is_guarded(monkeypatch):
+    monkeypatch.setenv("ASCMEM_DEBUG", "1")
+    d = ascmem.Device("atlas-inference", backend="host", host_memory=8 << 20)
+    with pytest.raises(OutOfMemoryError):
+        d.malloc(2**64 - 1)
+    with pytest.raises(OutOfMemoryError):
+        d.malloc_host(2**64 - 1)
+    p = d.malloc(100)
+    with pytest.raises(InvalidArgumentError):
+        d.buffer(p, 1 << 40)
+    assert len(d.buffer(p)) == 100  # the guard bytes are not the caller's
+    d.free(p)
+    # the out-of-memory retry path: the callback frees room, the retry succeeds
+    big = d.malloc_host(6 << 20)
+    freed = []
+    d.on_out_of_memory(lambda info: freed.append(d.free_host(big)) or True)
+    q = d.malloc_host(4 << 20)
+    assert freed
+    ctypes.memset(q + (4 << 20), 0, 1)  # one byte past the end
+    with pytest.raises(ascmem.CorruptionError, match="overrun"):
+        d.free_host(q)
+    d.check()
+
+
+def test_5_block_buffers_cannot_be_built_from_python():
+    d = ascmem.Device("atlas-inference", backend="host")
+    p = d.malloc(4096)
+    cls = type(d.buffer(p).obj)
+    with pytest.raises(TypeError):
+        cls(d, 0, 1 << 30)
+    with pytest.raises(TypeError):
+        cls.__new__(cls, object(), d, 16, 16)
+    d.free(p)
+
+
+def test_6_fit_resolution_must_be_positive():
+    t = tr.Trace([tr.Event("a", 1, 100), tr.Event("f", 1, 100)])
+    for bad in (-4096, 0, 1.5):
+        with pytest.raises(InvalidArgumentError):
+            tr.min_capacity(t, resolution=bad)
+    for bad in ("-4096", "0"):
+        r = subprocess.run([sys.executable, "-m", "ascmem", "fit", "--example", "video_pipeline",
+                            "--resolution", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "resolution" in r.stderr
+
+
+# ---- corruption and lost blocks ---------------------------------------------------------
+
+def test_7_acl_close_fails_every_later_call():
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-inference", backend="acl", acl_module=acl)
+    p = d.malloc(1000)
+    d.free(p)
+    q = d.malloc(1000)
+    d.close()
+    assert not acl.live
+    for call in (lambda: d.malloc(1000), lambda: d.free(q), lambda: d.dvpp_malloc(10),
+                 lambda: d.malloc_host(10), lambda: d.free(q, stream="s"),
+                 lambda: d.record_stream(q, "s"), lambda: d.usable_size(q), lambda: d.reset()):
+        with pytest.raises(DeviceClosedError) as info:
+            call()
+        assert info.value.code == 107002
+    d.close()  # idempotent
+    assert d.stats()["device"]["closed"]
+
+
+def test_8_acl_reset_refused_half_way_leaves_the_device_as_it_was():
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-inference", backend="acl", acl_module=acl)
+    p = d.malloc(5000)
+    before = dict(acl.live)
+    acl.fail = lambda name, size: 207001 if name == "media.dvpp_malloc" else 0
+    with pytest.raises(OutOfMemoryError):
+        d.reset()
+    assert acl.live == before  # the fresh chunks taken before the refusal went back
+    d.check()
+    assert d.usable_size(p) >= 5000  # blocks survive a reset that did not happen
+    d.free(p)
+    acl.fail = None
+    d.reset()
+    d.check()
+    assert set(acl.live).isdisjoint(before)
+    d.close()
+    assert not acl.live
+
+
+def test_9_an_event_recorded_before_any_free_releases_nothing():
+    d = ascmem.Device("atlas-inference")
+    ev = d.record_event("s1")  # sequence 0: nothing freed on s1 yet
+    p = d.malloc(1 << 20)
+    d.free(p, stream="s1")
+    d.complete_event(ev)
+    assert d.pending_bytes() > 0
+    q = d.malloc(1 << 20, stream="s2")
+    assert q != p
+    d.synchronize("s1")
+    assert d.pending_bytes() == 0
+    d.free(q)
+    d.check()
+
+
+def test_10_a_free_with_a_bad_stream_keeps_record_stream_holders():
+    d = ascmem.Device("atlas-inference")
+    p = d.malloc(1 << 20)
+    d.record_stream(p, "s2")
+    with pytest.raises(ArgumentTypeError):
+        d.free(p, stream=[])
+    assert d.usable_size(p)  # still live
+    d.free(p)
+    assert d.pending_bytes() > 0  # still waits on s2
+    assert d.malloc(1 << 20) != p
+    d.synchronize("s2")
+    assert d.pending_bytes() == 0
+
+
+def test_11_host_pointers_from_before_any_number_of_resets_stay_foreign():
+    d = ascmem.Device("atlas-inference", backend="host", host_memory=4 << 20)
+    old = [d.malloc(4096), d.malloc_host(4096), d.dvpp_malloc(4096)]
+    seen = {d.range_of(k)[0] for k in (MemKind.NORMAL, MemKind.HOST, MemKind.DVPP)}
+    for _ in range(6):
+        d.reset()
+        bases = {d.range_of(k)[0] for k in (MemKind.NORMAL, MemKind.HOST, MemKind.DVPP)}
+        assert bases.isdisjoint(seen)  # the OS cannot hand old ranges back
+        seen |= bases
+        fresh = d.malloc(4096)
+        for p, free in zip(old, (d.free, d.free_host, d.dvpp_free)):
+            with pytest.raises(InvalidFreeError):
+                free(p)
+        d.free(fresh)
+    d.check()
+    d.close()
+
+
+def test_12_a_tiny_memory_fraction_still_caps():
+    d = ascmem.Device("atlas-inference")
+    d.set_memory_fraction(1e-10)
+    assert d.budget()["limit"] == 1
+    with pytest.raises(OutOfMemoryError):
+        d.malloc(4096)
+    fns = pl.functions()
+    pl.configure(d, index=12)
+    try:
+        d.set_limit(0)
+        fns["ascmem_pluggable_memory_fraction"](1e-12, 12)
+        assert d.budget()["limit"] == 1
+    finally:
+        pl.unconfigure(12)
+
+
+def test_13_a_pool_size_below_one_chunk_is_refused():
+    with pytest.raises(InvalidArgumentError, match="2.00 MiB"):
+        ascmem.Device("atlas-training", backend="host", pool_sizes={"normal": 1 << 20})
+    with pytest.raises(InvalidArgumentError, match="2.00 MiB"):
+        ascmem.Device("atlas-training", backend="host", pool_sizes={"normal": (1 << 20, 64 << 20)})
+
+
+def test_14_threads_racing_to_grow_never_fail_under_the_maximum():
+    """Raw callers (no GIL) race to grow the huge and normal pools; every
+    request fits under the maximum, so none may fail, and HUGE_FIRST requests
+    above 1 MiB must stay in huge pages."""
+    d = ascmem.Device("atlas-training", backend="host", device_id=14,
+                      pool_sizes={"huge": (8 * MiB, 512 * MiB), "normal": (4 * MiB, 256 * MiB),
+                                  "dvpp": 2 * MiB, "host": 2 * MiB})
+    pl.configure(d)
+    alloc, free = pl.functions()[pl.ALLOC], pl.functions()[pl.FREE]
+    got, errors = [], []
+
+    def work(seed):
+        for i in range(15):  # 8 threads x 15 x 2 MiB = 240 MiB of huge
+            p = alloc(2 * MiB, 14, None)
+            q = alloc(100_000, 14, None)
+            if not p or not q:
+                errors.append((seed, i))
+                return
+            got.append((p, q))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors
+        assert all(d.kind_of(p) == MemKind.HUGE and d.kind_of(q) == MemKind.NORMAL for p, q in got)
+        assert d.stats()["device"]["huge_fallbacks"] == 0
+        d.check()
+        for p, q in got:
+            free(p, 0, 14, None)
+            free(q, 0, 14, None)
+    finally:
+        pl.unconfigure(14)
+    d.check()
+
+
+# ---- leaks ---------------------------------------------------------------------------
+
+def test_15_a_device_in_a_reference_cycle_gives_its_memory_back():
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-inference", backend="acl", acl_module=acl)
+    d.on_out_of_memory(lambda info: d.stats() and False)  # the device refers to itself
+    d.malloc(1000)
+    assert acl.live
+    del d
+    gc.collect()
+    assert not acl.live
+    # host memory: the ranges are unmapped
+    h = ascmem.Device("atlas-inference", backend="host", host_memory=4 << 20)
+    h.on_out_of_memory(lambda info: h)
+    base = h.range_of(MemKind.HOST)[0]
+    del h
+    gc.collect()
+    with open("/proc/self/maps") as f:
+        starts = {int(line.split("-")[0], 16) for line in f}
+    assert base not in starts
+
+
+def test_16_a_constructor_that_fails_half_way_gives_back_what_it_took():
+    acl = fake_acl.make()
+    acl.fail = lambda name, size: 207001 if name == "rt.malloc_host" else 0
+    with pytest.raises(OutOfMemoryError):
+        ascmem.Device("atlas-inference", backend="acl", acl_module=acl)
+    gc.collect()
+    assert not acl.live
+    acl = fake_acl.make()
+    calls = [0]
+    real = acl.rt.malloc
+
+    def misaligned(size, policy):
+        calls[0] += 1
+        ptr, ret = real(size, policy)
+        return (ptr + 8 if calls[0] == 2 else ptr), ret
+
+    acl.rt.malloc = misaligned
+    acl.rt.free = lambda ptr, _free=acl.rt.free: _free(ptr - ptr % 4096)
+    with pytest.raises(MisalignedError):
+        ascmem.Device("atlas-inference", backend="acl", acl_module=acl)
+    gc.collect()
+    assert not acl.live
+
+
+# ---- statistics ------------------------------------------------------------------------
+
+class _NpuStats(ctypes.Structure):
+    _fields_ = [("v", ctypes.c_int64 * (952 // 8))]  # torch_npu's DeviceStats, 952 bytes
+
+
+def test_17_one_failed_request_counts_once():
+    d = ascmem.Device("atlas-inference")
+    with pytest.raises(OutOfMemoryError):
+        d.malloc(1 << 40, Policy.HUGE_ONLY)
+    with pytest.raises(OutOfMemoryError):
+        d.malloc(1 << 40)  # HUGE_FIRST: huge, then normal pages
+    s = d.stats()
+    assert s["huge"]["failed_count"] + s["normal"]["failed_count"] == 2
+    calls = []
+    d.on_out_of_memory(lambda info: calls.append(info) or True)  # asks for a retry
+    with pytest.raises(OutOfMemoryError):
+        d.malloc(1 << 40, Policy.HUGE_ONLY)
+    assert calls and d.stats()["huge"]["failed_count"] == 2
+    # the pluggable statistics: num_ooms once, allocation.peak a peak
+    pl.configure(d, index=17)
+    try:
+        lib = ctypes.CDLL(pl.library_path())
+        stats = lib.ascmem_pluggable_get_device_stats
+        stats.restype, stats.argtypes = _NpuStats, [ctypes.c_int]
+        alloc, free = pl.functions()[pl.ALLOC], pl.functions()[pl.FREE]
+        before = stats(17).v[109]
+        assert alloc(1 << 40, 17, None) is None
+        assert stats(17).v[109] == before + 1
+        ps = [alloc(4096, 17, None) for _ in range(5)]
+        for p in ps:
+            free(p, 0, 17, None)
+        v = stats(17).v
+        assert v[0] == 0 and v[1] >= 5  # allocation.all: current 0, peak 5
+    finally:
+        pl.unconfigure(17)
+
+
+def test_17_pluggable_reset_gives_idle_chunks_back_and_empty_cache_counts_pages():
+    d = ascmem.Device("atlas-training", backend="host", device_id=18,
+                      pool_sizes={"normal": (2 * MiB, 64 * MiB), "huge": 2 * MiB,
+                                  "dvpp": 2 * MiB, "host": 2 * MiB})
+    ps = [d.malloc(900_000) for _ in range(10)]
+    assert len(d.chunks("normal")) > 1
+    for p in ps:
+        d.free(p)
+    pl.configure(d)
+    try:
+        grown = len(d.chunks("normal"))
+        pl.functions()["ascmem_pluggable_reset"](False)
+        assert len(d.chunks("normal")) < grown  # as Device.empty_cache(): idle chunks go back
+    finally:
+        pl.unconfigure(18)
+    d.check()
+    d.free(d.malloc(900_000))  # and the pool grows again on demand
+    h = ascmem.Device("atlas-inference", backend="host", host_memory=64 << 20)
+    p = h.malloc_host(32 << 20)
+    h.buffer(p)[::4096] = b"\1" * len(range(0, 32 << 20, 4096))
+    h.free_host(p)
+    assert h.empty_cache() >= 30 << 20
+
+
+def test_18_out_of_memory_messages_keep_the_fraction():
+    pool = ascmem.Pool(64 * MiB, base=BASE)
+    pool.alloc(int(18.5 * MiB))
+    with pytest.raises(OutOfMemoryError, match=r"45\.50 MiB free"):
+        pool.alloc(60 * MiB)
+
+
+def test_19_a_pool_with_nothing_live_is_whole_again():
+    import random
+    rng = random.Random(19)
+    pool = ascmem.Pool(256 * MiB, base=BASE)
+    live = []
+    for _ in range(20_000):
+        if live and rng.random() < 0.5:
+            pool.free(live.pop(rng.randrange(len(live))))
+        else:
+            size = rng.choice((rng.randint(1, 4096), rng.randint(4097, 40_000),
+                               rng.randint(40_001, 1 << 20)))
+            try:
+                live.append(pool.alloc(size))
+            except OutOfMemoryError:
+                pass
+    for p in live:
+        pool.free(p)
+    s = pool.stats()
+    assert s["live_count"] == 0
+    assert s["largest_free"] == s["free"] == s["capacity"]
+    assert s["cached_bytes"] <= s["slab_bytes"]
+    big = pool.alloc(s["capacity"])
+    pool.free(big)
+    pool.check()
+
+
+# ---- wrong or unhelpful errors -----------------------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda: ascmem.Pool(64 * MiB, base=BASE),
+                                  lambda: ascmem.BuddyAllocator(64 * MiB, base=BASE)])
+def test_20_align_is_checked_like_every_other_integer(make):
+    a = make()
+    for bad, err in ((-1, InvalidArgumentError), (2**64, InvalidArgumentError),
+                     (None, ArgumentTypeError), ("64", ArgumentTypeError),
+                     (64.9, ArgumentTypeError)):
+        with pytest.raises(err):
+            a.alloc(100, align=bad)
+        with pytest.raises(err):
+            a.alloc_many([100, 200], align=bad)
+    a.check()
+
+
+class _Index:
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def test_21_index_objects_that_lie():
+    pool = ascmem.Pool(64 * MiB, base=BASE)
+    for bad in (3.5, "x", None):
+        with pytest.raises(ArgumentTypeError):
+            pool.alloc(_Index(bad))
+    with pytest.raises(InvalidFreeError):
+        pool.free(_Index(BASE + 12345))  # message formats the number, not the object
+    d = ascmem.Device("atlas-inference")
+    with pytest.raises(InvalidFreeError):
+        d.free(_Index(12345))
+    pool.check()
+
+
+def test_22_batch_calls_take_read_only_arrays_and_name_bad_items():
+    pool = ascmem.Pool(64 * MiB, base=BASE)
+    sizes = np.full(10, 100, dtype=np.uint64)
+    sizes.flags.writeable = False
+    addrs = pool.alloc_many(sizes)
+    addrs.flags.writeable = False
+    pool.free_many(addrs)
+    for bad in ([[1, 2], [3]], [1, "a"], [1.5, 2]):
+        with pytest.raises(ArgumentTypeError):
+            pool.alloc_many(bad)
+    with pytest.raises(OutOfMemoryError):
+        pool.alloc_many([2**63, 1])  # an integer too large, not "float64"
+    with pytest.raises(InvalidFreeError):
+        pool.free_many([2**63, 1])
+    with pytest.raises(InvalidArgumentError, match=r"sizes\[0\]"):
+        pool.alloc_many([2**64, 1])
+    assert pool.stats()["live_count"] == 0
+    pool.check()
+
+
+def test_23_unhashable_streams_are_refused_up_front():
+    d = ascmem.Device("atlas-inference")
+    p = d.malloc(1000)
+    for call in (lambda: d.malloc(10, stream={}), lambda: d.free(p, stream=[]),
+                 lambda: d.record_stream(p, set()), lambda: d.synchronize([]),
+                 lambda: d.dvpp_malloc(10, stream=[])):
+        with pytest.raises(ArgumentTypeError):
+            call()
+    d.free(p)
+    assert d.stats()["normal"]["live_count"] == 0
+    d.check()
+
+
+def test_24_configuration_and_query_errors_are_typed():
+    for sizes, err in (({"bogus": 4 * MiB}, InvalidArgumentError),
+                       ({"normal": "x"}, ArgumentTypeError),
+                       ({"normal": (1, 2, 3)}, InvalidArgumentError),
+                       ([1, 2], ArgumentTypeError)):
+        with pytest.raises(err):
+            ascmem.Device("atlas-training", backend="host", pool_sizes=sizes)
+    d = ascmem.Device("atlas-training", backend="host",
+                      pool_sizes={"normal": 4 * MiB, "huge": 4 * MiB, "dvpp": 2 * MiB,
+                                  "host": 2 * MiB})
+    assert d.chunks("normal") == d.chunks(MemKind.NORMAL) == d.chunks("NORMAL")
+    for bad in ("bogus", 99, None):
+        with pytest.raises(InvalidArgumentError):
+            d.chunks(bad)
+        with pytest.raises(InvalidArgumentError):
+            d.range_of(bad)
+    with pytest.raises(ArgumentTypeError):
+        d.set_memory_fraction("x")
+    with pytest.raises(OutOfMemoryError, match="larger than the memory of any device"):
+        d.malloc(2**63)
+    with pytest.raises(InvalidArgumentError, match="units"):
+        ascmem.Pool(1 << 44)
+    lib = ctypes.CDLL(pl.library_path())
+    lib.ascm_status_str.restype = ctypes.c_char_p
+    assert b"not supported" in lib.ascm_status_str(7)
+    assert b"closed" in lib.ascm_status_str(8)
+    d.check()
+
+
+@pytest.fixture
+def fresh_dropin(monkeypatch):
+    monkeypatch.setattr(aacl, "_device", None)
+    monkeypatch.setattr(aacl, "_devices", {})
+    yield
+    aacl.uninstall()
+
+
+def test_25_the_acl_drop_in_returns_codes_and_never_raises(fresh_dropin, monkeypatch):
+    monkeypatch.setenv("ASCMEM_MODEL", "no-such-product")
+    ptr, ret = aacl.rt.malloc(100, 0)
+    assert ptr == 0 and ret != 0
+    assert aacl.rt.free(0x1000) != 0
+    assert aacl.rt.get_mem_info(0)[2] != 0
+    monkeypatch.setenv("ASCMEM_MODEL", "atlas-inference")
+    monkeypatch.setenv("ASCMEM_BACKEND", "acl")  # no pyACL here
+    assert aacl.rt.malloc(100, 0) == (0, 207000)
+    monkeypatch.setenv("ASCMEM_BACKEND", "host")
+    assert aacl.rt.reset_device([1]) == 100000
+    assert aacl.rt.set_device(0) == 0
+    p, ret = aacl.rt.malloc(100, 0)
+    view = aacl.device().buffer(p)
+    assert aacl.rt.reset_device(0) == 100000  # a live view: refused with a code
+    del view
+    assert aacl.rt.reset_device(0) == 0
+    for bad in ("x", None, -1, True):
+        assert aacl.himpi.dvpp_malloc(bad, 100) == (0, 100000)
+    ptr, ret = aacl.himpi.dvpp_malloc(0, 100)
+    assert ret == 0 and aacl.himpi.dvpp_free(ptr) == 0
+    # install on a namespace that refuses new attributes: nothing half-done
+    class Frozen:
+        __slots__ = ()
+        malloc = staticmethod(lambda size, policy: (0, 0))
+        free = staticmethod(lambda ptr: 0)
+    module = types.SimpleNamespace(rt=Frozen(), media=types.SimpleNamespace(
+        dvpp_malloc=lambda size: (0, 0), dvpp_free=lambda ptr: 0))
+    original = module.media.dvpp_malloc
+    with pytest.raises(InvalidArgumentError):
+        aacl.install(module)
+    assert module.media.dvpp_malloc is original
+    aacl.uninstall()  # nothing to undo, no error
+
+
+@pytest.mark.parametrize("text,where", [
+    ("op,id,size\na,1,18446744073709551616\n", ":2:"),
+    ("op,id,size,policy\na,1,100,-1\n", ":2:"),
+    ("op,id,size,policy\na,1,100,18446744073709551616\n", ":2:"),
+])
+def test_26_traces_refuse_out_of_range_numbers_with_the_line(tmp_path, text, where):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(tr.TraceError, match=where):
+        tr.load(str(path))
+
+
+def test_26_traces_bom_undecodable_and_nul_paths(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfop,id,size\na,1,100\nf,1,\n")
+    assert len(tr.load(str(path)).events) == 2
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"op,id,size\na,1,\xff\xfe\n")
+    with pytest.raises(tr.TraceError, match="bad.csv"):
+        tr.load(str(bad))
+    with open(bad, encoding="utf-8") as f:
+        with pytest.raises(tr.TraceError):
+            tr.load(f)
+    with pytest.raises(tr.TraceError):
+        tr.load("a\0b.csv")
