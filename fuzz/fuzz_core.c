@@ -1,6 +1,9 @@
 /* libFuzzer harness over the C core's public functions: the input is a
- * stream of operations on one pool, one buddy allocator and one device.
- * Any crash, sanitizer report or failed check() is a finding.
+ * stream of operations on one pool, one buddy allocator and one device
+ * (allocations, frees, batches, trims, and the device's lifecycle: resets,
+ * a gate shut and reopened around calls, close).  Any crash, sanitizer
+ * report or failed check() is a finding, and so is a statistic that lies:
+ * a pool with nothing live must report its whole capacity free.
  *   make -C fuzz run      (clang, libFuzzer + ASan + UBSan)
  */
 #include "ascmem.h"
@@ -43,6 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     uint64_t live[3][SLOTS] = {{0}};
     char msg[256];
+    int closed = 0, epoch = 0;
     while (size) {
         unsigned op = (unsigned)take(&data, &size, 1);
         unsigned slot = (unsigned)take(&data, &size, 1) % SLOTS;
@@ -50,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t req = take(&data, &size, 3) & ((1ull << shift) - 1);
         uint64_t align = 1ull << (take(&data, &size, 1) % 14);
         int kind, events;
-        switch (op % 8) {
+        switch (op % 10) {
         case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
             if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
                 live[0][slot] = 0;
@@ -85,6 +89,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 ascm_pool_free_many(pool, addrs, n, &done);
             else
                 ascm_pool_free_many(pool, addrs, done, &done);
+            break;
+        }
+        case 7: /* the device's lifecycle */
+            if (slot % 8 == 0 && !closed) { /* reset: every pointer from before goes stale */
+                uint64_t base[ASCM_KINDS];
+                epoch++;
+                for (int k = 0; k < ASCM_KINDS; k++) base[k] = (1ull << 40) + ((uint64_t)k << 32) + ((uint64_t)epoch << 28);
+                if (ascm_device_reset(dev, base) != ASCM_OK) abort();
+                memset(live[2], 0, sizeof live[2]);
+            } else if (slot % 8 == 1) { /* callers arriving while the gate is shut are refused */
+                uint64_t a;
+                ascm_device_quiesce(dev);
+                if (ascm_device_malloc(dev, 64, 0, 0, &a, &kind, &events) != ASCM_ERR_CLOSED) abort();
+                if (ascm_device_enter(dev)) abort();
+                ascm_device_reopen(dev);
+                if (!closed && !ascm_device_enter(dev)) abort();
+                if (!closed) ascm_device_leave(dev);
+            } else if (slot % 8 == 2 && slot > 40) {
+                ascm_device_close(dev);
+                closed = 1;
+            } else {
+                ascm_device_trim(dev);
+            }
+            if (closed && ascm_device_free(dev, live[2][slot], 0x1F, &kind) != ASCM_ERR_CLOSED) abort();
+            break;
+        case 8: { /* nothing live in the pool: it must be whole again */
+            ascm_stats st;
+            for (unsigned i = 0; i < SLOTS; i++)
+                if (live[0][i]) ascm_pool_free(pool, live[0][i]);
+            memset(live[0], 0, sizeof live[0]);
+            ascm_pool_stats(pool, &st);
+            if (st.live_count == 0 && (st.largest_free != st.capacity || st.free != st.capacity)) {
+                fprintf(stderr, "empty pool: largest_free %llu, free %llu of %llu\n",
+                        (unsigned long long)st.largest_free, (unsigned long long)st.free,
+                        (unsigned long long)st.capacity);
+                abort();
+            }
             break;
         }
         default:

@@ -1,7 +1,9 @@
 """atheris harness over the Python API, the trace loader included.
     python fuzz/fuzz_python.py -max_total_time=600
 Any exception other than ascmem's own errors (and TraceError) is a finding,
-as is a failed check()."""
+as is a failed check().  Arguments come in every shape a careless caller
+passes: negative, huge, float, str, None, __index__ objects that lie,
+unhashable streams, events out of order, resets and a close part-way."""
 import io
 import sys
 
@@ -14,13 +16,35 @@ with atheris.instrument_imports():
 EXPECTED = (ascmem.AscmemError,)
 
 
+class Index:
+    """An object with __index__, which may return something other than an int."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def odd_value(fdp):
+    """An argument of any shape: mostly integers, sometimes not."""
+    choice = fdp.ConsumeIntInRange(0, 9)
+    n = fdp.ConsumeIntInRange(-(1 << 65), 1 << 65) if choice == 1 else fdp.ConsumeIntInRange(0, 1 << 22)
+    return (n, n, float(n) + 0.5, str(n), None, Index(n), Index(float(n)), Index(str(n)),
+            [n], True)[choice]
+
+
+def odd_stream(fdp):
+    return (None, "s1", "s2", 3, [], {}, ("s", 1))[fdp.ConsumeIntInRange(0, 6)]
+
+
 def one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
     pool = ascmem.Pool(1 << 22, base=1 << 32)
     dev = ascmem.Device("atlas-inference", memory=64 << 20)
-    live = []
+    live, dlive, events = [], [], []
     for _ in range(fdp.ConsumeIntInRange(0, 40)):
-        op = fdp.ConsumeIntInRange(0, 7)
+        op = fdp.ConsumeIntInRange(0, 15)
         try:
             if op == 0:
                 live.append(pool.alloc(fdp.ConsumeIntInRange(-5, 1 << 23),
@@ -37,12 +61,47 @@ def one_input(data):
                 dev.get_mem_info(fdp.ConsumeIntInRange(-2, 20))
             elif op == 6:
                 tr.load(io.BytesIO(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 200))))
-            else:
+            elif op == 7:
                 pool.alloc_many([fdp.ConsumeIntInRange(-1, 1 << 20) for _ in range(3)])
+            elif op == 8:
+                live.append(pool.alloc(odd_value(fdp), odd_value(fdp)))
+            elif op == 9:
+                pool.free_many([odd_value(fdp) for _ in range(fdp.ConsumeIntInRange(0, 4))])
+            elif op == 10:
+                dlive.append(dev.malloc(odd_value(fdp), stream=odd_stream(fdp)))
+            elif op == 11 and dlive:
+                dev.free(dlive.pop(fdp.ConsumeIntInRange(0, len(dlive) - 1)),
+                         stream=odd_stream(fdp))
+            elif op == 12:
+                events.append(dev.record_event(odd_stream(fdp)))
+                if dlive and fdp.ConsumeBool():
+                    dev.record_stream(dlive[-1], odd_stream(fdp))
+            elif op == 13:
+                if events and fdp.ConsumeBool():
+                    dev.complete_event(events.pop(0))
+                else:
+                    dev.synchronize(odd_stream(fdp))
+            elif op == 14:
+                dev.set_memory_fraction((0.5, 1e-12, "x", None, 2.0, float("nan"))[
+                    fdp.ConsumeIntInRange(0, 5)])
+            elif fdp.ConsumeIntInRange(0, 7) == 0:
+                dev.close()
+            else:
+                dev.reset()
+                dlive.clear()
         except EXPECTED:
             pass
     pool.check()
     dev.check()
+    s = pool.stats()
+    for a in live:
+        try:
+            pool.free(a)
+        except EXPECTED:
+            pass
+    s = pool.stats()
+    if s["live_count"] == 0 and s["largest_free"] != s["capacity"]:
+        raise AssertionError(f"an empty pool is not whole: {s}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,14 @@
 #include "../ascmem.h"
 #include "../internal.h" /* to corrupt metadata on purpose */
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static int failures;
 #define CHECK(cond)                                                          \
@@ -446,6 +451,191 @@ static void test_device_chunks(void) {
     ascm_device_destroy(d);
 }
 
+/* ---- failure paths: threads racing a reset, fork, statistics that lie ---- */
+
+static ascm_device *small_device(uint64_t base) {
+    ascm_device_config cfg = {.min_block = 4096};
+    for (int k = 0; k < ASCM_KINDS - 1; k++) {
+        cfg.base[k] = base + ((uint64_t)k << 32);
+        cfg.size[k] = 16u << 20;
+    }
+    cfg.budget.reserve = 16u << 20;
+    cfg.budget.shared = 32u << 20;
+    cfg.budget.huge_grows = 1;
+    ascm_device *d = NULL;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    return d;
+}
+
+typedef struct raw_caller {
+    ascm_device *d;
+    _Atomic int *stop;
+    unsigned seed;
+    int bad; /* a status no caller may ever see */
+} raw_caller;
+
+static void *raw_calls(void *arg) {
+    raw_caller *c = arg;
+    uint64_t live[16] = {0};
+    for (unsigned i = 0; !atomic_load(c->stop); i++) {
+        unsigned slot = (c->seed * 7919u + i * 104729u) % 16;
+        int kind, events;
+        if (live[slot]) {
+            int st = ascm_device_free(c->d, live[slot], 0x1F, &kind);
+            if (st != ASCM_OK && st != ASCM_ERR_BADFREE && st != ASCM_ERR_CLOSED) c->bad = st;
+            live[slot] = 0;
+        } else {
+            int st = ascm_device_malloc(c->d, 100 + (i * 4099u) % (3u << 20), 0, ASCM_SIZE_MALLOC,
+                                        &live[slot], &kind, &events);
+            if (st != ASCM_OK) live[slot] = 0;
+            if (st != ASCM_OK && st != ASCM_ERR_NOMEM && st != ASCM_ERR_BUDGET && st != ASCM_ERR_CLOSED)
+                c->bad = st;
+        }
+    }
+    return NULL;
+}
+
+/* Reset and close wait out the callers inside the device; callers arriving
+ * meanwhile are refused with ASCM_ERR_CLOSED; none ever runs on a freed pool
+ * (ASan would say so). */
+static void test_device_reset_and_close_under_raw_callers(void) {
+    ascm_device *d = small_device(1ull << 40);
+    _Atomic int stop = 0;
+    raw_caller c[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = (raw_caller){.d = d, .stop = &stop, .seed = (unsigned)i + 1};
+        CHECK(pthread_create(&t[i], NULL, raw_calls, &c[i]) == 0);
+    }
+    for (int r = 0; r < 300; r++) {
+        uint64_t base[ASCM_KINDS];
+        for (int k = 0; k < ASCM_KINDS; k++) base[k] = (1ull << 40) + ((uint64_t)k << 32) + ((uint64_t)(r + 1) << 26);
+        CHECK(ascm_device_reset(d, base) == ASCM_OK);
+    }
+    CHECK(ascm_device_close(d) == ASCM_OK);
+    uint64_t a;
+    int kind, events;
+    CHECK(ascm_device_malloc(d, 64, 0, ASCM_SIZE_MALLOC, &a, &kind, &events) == ASCM_ERR_CLOSED);
+    CHECK(ascm_device_reset(d, (uint64_t[ASCM_KINDS]){0}) == ASCM_ERR_CLOSED);
+    CHECK(ascm_device_wait_open(d) == ASCM_ERR_CLOSED);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(c[i].bad == 0);
+    }
+    ascm_device_destroy(d);
+}
+
+typedef struct batcher {
+    ascm_pool *p;
+    _Atomic int *stop;
+} batcher;
+
+static void *batches(void *arg) {
+    batcher *b = arg;
+    enum { N = 20000 };
+    static _Thread_local uint64_t sizes[N], addrs[N];
+    for (int i = 0; i < N; i++) sizes[i] = 64 + (uint64_t)(i % 7) * 700;
+    char m[128];
+    while (!atomic_load(b->stop)) {
+        size_t done;
+        if (ascm_pool_alloc_many(b->p, sizes, N, 64, addrs, &done) == ASCM_OK)
+            ascm_pool_free_many(b->p, addrs, N, &done);
+        else
+            ascm_pool_free_many(b->p, addrs, done, &done);
+        ascm_pool_check(b->p, m, sizeof m);
+    }
+    return NULL;
+}
+
+/* fork() while other threads are inside long locked sections: the child
+ * must find every lock free and every structure whole. */
+static void test_fork_while_threads_hold_locks(void) {
+    ascm_pool_config pc = {.base = 1ull << 32, .size = 1u << 30, .min_block = 4096};
+    ascm_pool *p;
+    CHECK(ascm_pool_create(&pc, &p) == ASCM_OK);
+    ascm_device *d = small_device(1ull << 41);
+    _Atomic int stop = 0;
+    batcher b = {.p = p, .stop = &stop};
+    raw_caller c = {.d = d, .stop = &stop, .seed = 9};
+    pthread_t t[2];
+    CHECK(pthread_create(&t[0], NULL, batches, &b) == 0);
+    CHECK(pthread_create(&t[1], NULL, raw_calls, &c) == 0);
+    for (int i = 0; i < 20; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            uint64_t a;
+            int kind, events;
+            char m[128];
+            int ok = ascm_pool_alloc(p, 4096, 64, &a) == ASCM_OK && ascm_pool_free(p, a) == ASCM_OK &&
+                     ascm_pool_check(p, m, sizeof m) == ASCM_OK &&
+                     ascm_device_malloc(d, 4096, 0, ASCM_SIZE_MALLOC, &a, &kind, &events) == ASCM_OK &&
+                     ascm_device_free(d, a, 0x1F, &kind) == ASCM_OK;
+            ascm_device_quiesce(d); /* no raw caller of the parent is counted inside here */
+            _exit(ok ? 0 : 3);
+        }
+        CHECK(pid > 0);
+        int status = -1;
+        for (int waited = 0; waited < 2000; waited++) { /* 20 s */
+            if (waitpid(pid, &status, WNOHANG) == pid) break;
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            status = -1;
+        }
+        if (status == -1) {
+            kill(pid, 9);
+            waitpid(pid, &status, 0);
+            fprintf(stderr, "fork %d: the child hung\n", i);
+            failures++;
+            break;
+        }
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    ascm_device_destroy(d);
+}
+
+/* One refused request counts once: the HUGE_FIRST fallback to normal pages
+ * and a caller that retries (try_malloc) included. */
+static void test_device_counts_a_failure_once(void) {
+    ascm_device *d = small_device(1ull << 42);
+    uint64_t a;
+    int kind, events;
+    ascm_stats h, n;
+    CHECK(ascm_device_malloc(d, 64u << 20, 0, ASCM_SIZE_MALLOC, &a, &kind, &events) == ASCM_ERR_NOMEM);
+    CHECK(ascm_device_try_malloc(d, 64u << 20, 0, ASCM_SIZE_MALLOC, &a, &kind, &events) == ASCM_ERR_NOMEM);
+    ascm_device_kind_stats(d, ASCM_KIND_HUGE, &h);
+    ascm_device_kind_stats(d, ASCM_KIND_NORMAL, &n);
+    CHECK(h.failed_count + n.failed_count == 1);
+    ascm_device_destroy(d);
+}
+
+/* Empty slabs kept as spares are free space: an empty pool reports its
+ * whole capacity as free and as its largest free block. */
+static void test_pool_spares_count_as_free(void) {
+    ascm_pool_config pc = {.base = 1ull << 32, .size = 64u << 20, .min_block = 4096};
+    ascm_pool *p;
+    CHECK(ascm_pool_create(&pc, &p) == ASCM_OK);
+    uint64_t a[3000];
+    for (int i = 0; i < 3000; i++) CHECK(ascm_pool_alloc(p, 64 + (uint64_t)(i % 40) * 800, 64, &a[i]) == ASCM_OK);
+    uint64_t big;
+    CHECK(ascm_pool_alloc(p, 8u << 20, 64, &big) == ASCM_OK); /* large blocks between the slabs */
+    for (int i = 0; i < 3000; i++) CHECK(ascm_pool_free(p, a[i]) == ASCM_OK);
+    ascm_stats s;
+    ascm_pool_stats(p, &s);
+    CHECK(s.cached_bytes > 0 && s.peak_live_count == 3001 && s.live_count == 1);
+    CHECK(s.free == s.capacity - (8u << 20));
+    CHECK(ascm_pool_free(p, big) == ASCM_OK);
+    ascm_pool_stats(p, &s);
+    CHECK(s.largest_free == s.capacity && s.free == s.capacity);
+    CHECK(ascm_pool_alloc(p, s.capacity, 64, &big) == ASCM_OK && ascm_pool_free(p, big) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 int main(void) {
     test_buddy_basic();
     test_buddy_random();
@@ -457,6 +647,10 @@ int main(void) {
     test_exhaustion_soak();
     test_device_chunks();
     test_check_detects_corruption();
-    printf("%d passed, %d failed\n", failures ? 0 : 10, failures ? 1 : 0);
+    test_device_reset_and_close_under_raw_callers();
+    test_fork_while_threads_hold_locks();
+    test_device_counts_a_failure_once();
+    test_pool_spares_count_as_free();
+    printf("%d passed, %d failed\n", failures ? 0 : 14, failures ? 1 : 0);
     return failures ? 1 : 0;
 }
