@@ -129,3 +129,68 @@ def test_no_warning_for_a_clean_pool():
         warnings.simplefilter("error")
         del pool
         gc.collect()
+
+
+def test_threads_allocate_with_streams_while_others_reset_walk_and_trim():
+    """Python threads allocate, free on streams, record streams and
+    synchronize on one host device while one thread resets it, another
+    snapshots and empties its cache: the only error allowed is a pointer
+    made stale by a reset, and the device is whole at the end."""
+    d = ascmem.Device("atlas-training", backend="host",
+                      pool_sizes={"huge": (8 << 20, 128 << 20), "normal": (4 << 20, 64 << 20),
+                                  "dvpp": 4 << 20, "host": 4 << 20})
+    stop = threading.Event()
+    errors = []
+
+    def user(t):
+        rng = random.Random(200 + t)
+        live = []
+        try:
+            while not stop.is_set():
+                try:
+                    if live and rng.random() < 0.5:
+                        p = live.pop(rng.randrange(len(live)))
+                        d.free(p, stream=rng.choice((None, "s1", "s2")))
+                    elif live and rng.random() < 0.1:
+                        d.record_stream(live[-1], "s3")
+                    elif rng.random() < 0.05:
+                        d.synchronize(rng.choice((None, "s1", "s2", "s3")))
+                    else:
+                        live.append(d.malloc(rng.randint(1, 3 << 20), stream=rng.choice((None, "s1"))))
+                except ascmem.InvalidFreeError:
+                    live.clear()  # a reset made them stale
+                except ascmem.OutOfMemoryError:
+                    pass
+        except Exception as exc:
+            errors.append(exc)
+
+    def resetter():
+        try:
+            while not stop.is_set():
+                d.reset()
+        except Exception as exc:
+            errors.append(exc)
+
+    def walker():
+        try:
+            while not stop.is_set():
+                d.snapshot()
+                d.empty_cache()
+                d.stats()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=user, args=(t,)) for t in range(4)]
+    threads += [threading.Thread(target=resetter), threading.Thread(target=walker)]
+    for th in threads:
+        th.start()
+    stop.wait(2.0)
+    stop.set()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    d.check()
+    d.reset()
+    d.check()
+    assert d.stats()["device"]["huge_used"] == 0
+    d.close()

@@ -202,6 +202,7 @@ cdef class Device:
     cdef object _alloc(self, object size, object policy, int mode, object stream, str call)
     cdef object _free(self, object ptr, unsigned mask, object stream, str call)
     cdef int _wait_reset(self, str call) except -1
+    cdef int _free_when_open(self, uint64_t a, unsigned mask, int *kind, str call) except -1
     cdef _require_open(self, str call)
     cdef _drop_pending_events(self)
     cdef _forget_blocks(self)

@@ -492,10 +492,18 @@ cdef class Device:
             return self._free_slow(a, mask, stream, call)
         st = ascm_device_free(self._d, a, mask, &kind)
         if st == ASCM_ERR_CLOSED:
-            st = self._wait_reset(call)
-            st = ascm_device_free(self._d, a, mask, &kind)
+            st = self._free_when_open(a, mask, &kind, call)
         if st != ASCM_OK:
             _raise(st, self._bad_pointer(a, kind, call, mask))
+
+    cdef int _free_when_open(self, uint64_t a, unsigned mask, int *kind, str call) except -1:
+        """A free the gate refused: waits out resets in progress (raises once
+        the device is closed for good) and frees; returns the status."""
+        cdef int st = ASCM_ERR_CLOSED
+        while st == ASCM_ERR_CLOSED:
+            self._wait_reset(call)
+            st = ascm_device_free(self._d, a, mask, kind)
+        return st
 
     cdef int _wait_reset(self, str call) except -1:
         """The C device refused with ASCM_ERR_CLOSED: raises if it is closed,
@@ -548,7 +556,7 @@ cdef class Device:
         if stream is not None:
             holders.add(stream)
         if not holders:
-            ascm_device_free(self._d, addr, mask, &k)
+            self._free_when_open(addr, mask, &k, call)
             if self._debug:
                 self._check_guard(addr)
             return
@@ -610,9 +618,12 @@ cdef class Device:
 
     cdef _release(self, list entries, object stream, uint64_t upto):
         """Stream `stream` is done with the entries up to sequence number upto
-        (_ALL: every one); frees the ones no stream holds any more."""
+        (_ALL: every one); frees the ones no stream holds any more.  The
+        bookkeeping is finished before the first free, which may wait (the
+        GIL released) for a reset in another thread."""
         cdef int k
         keep = []
+        to_free = []
         for e in entries:
             if e[3] > upto:
                 keep.append(e)
@@ -624,11 +635,13 @@ cdef class Device:
             if not e[2]:
                 del self._pending_by_addr[e[0]]
                 self._pending_bytes -= e[4]
-                ascm_device_free(self._d, e[0], e[1], &k)
+                to_free.append((e[0], e[1]))
         if keep:
             self._pending[stream] = keep
         elif entries is self._pending.get(stream):
             del self._pending[stream]
+        for addr, mask in to_free:  # a reset meanwhile made them stale: BADFREE, ignored
+            self._free_when_open(addr, mask, &k, "synchronize")
 
     cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0:
         """Same-stream reuse: a block this stream freed, still waiting on it
@@ -721,7 +734,7 @@ cdef class Device:
         lack of room frees what streams are done with and what is cached,
         then asks the user's callback; the request counts once as failed."""
         cdef uint64_t addr
-        if st == ASCM_ERR_CLOSED:
+        while st == ASCM_ERR_CLOSED:  # resets in progress (raises once closed for good)
             self._wait_reset(call)
             st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
