@@ -39,6 +39,9 @@
 typedef struct slot {
     _Atomic(ascm_device *) device;
     _Atomic uint64_t users;
+    /* bytes torch asked for (before the CANN rounding the pools see), all /
+     * small (normal pages) / large: torch passes the size to free too */
+    _Atomic int64_t requested[3], requested_peak[3];
 } slot;
 
 static slot slots[MAX_DEVICES];
@@ -47,7 +50,24 @@ int ascm_pluggable_register(int device, ascm_device *d) {
     if (device < 0 || device >= MAX_DEVICES) return ASCM_ERR_INVAL;
     atomic_store(&slots[device].device, d);
     while (atomic_load(&slots[device].users)) sched_yield(); /* calls that may hold the old one */
+    for (int t = 0; t < 3; t++) {
+        atomic_store(&slots[device].requested[t], 0);
+        atomic_store(&slots[device].requested_peak[t], 0);
+    }
     return ASCM_OK;
+}
+
+/* Adds delta to the requested bytes of stat type t (and all), keeping peaks. */
+static void count_requested(int device, int kind, int64_t delta) {
+    slot *s = &slots[device];
+    int types[2] = {0, kind == ASCM_KIND_NORMAL ? 1 : 2};
+    for (int i = 0; i < 2; i++) {
+        int t = types[i];
+        int64_t now = atomic_fetch_add(&s->requested[t], delta) + delta;
+        int64_t peak = atomic_load(&s->requested_peak[t]);
+        while (now > peak && !atomic_compare_exchange_weak(&s->requested_peak[t], &peak, now)) {
+        }
+    }
 }
 
 /* The device registered at index, entered (release with put()), or NULL. */
@@ -90,18 +110,20 @@ EXPORT void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream) {
     int kind, events;
     int st = ascm_device_malloc(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC, &addr, &kind,
                                 &events);
+    if (st == ASCM_OK) count_requested(device, kind, (int64_t)size);
     put(device, d);
     return st == ASCM_OK ? (void *)(uintptr_t)addr : NULL;
 }
 
 EXPORT void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *stream) {
-    (void)size;
     (void)stream;
     ascm_device *d = ptr ? get(device) : NULL;
     int kind;
     if (!d) return;
-    ascm_device_free(d, (uint64_t)(uintptr_t)ptr,
-                     (1u << ASCM_KIND_HUGE) | (1u << ASCM_KIND_NORMAL) | (1u << ASCM_KIND_HUGE1G), &kind);
+    if (ascm_device_free(d, (uint64_t)(uintptr_t)ptr,
+                         (1u << ASCM_KIND_HUGE) | (1u << ASCM_KIND_NORMAL) | (1u << ASCM_KIND_HUGE1G),
+                         &kind) == ASCM_OK && size > 0)
+        count_requested(device, kind, -(int64_t)size);
     put(device, d);
 }
 
@@ -220,8 +242,7 @@ static void fill_common(npu_device_stats *out, int device) {
             fill_stat(&out->active[t], &s, 0);
             fill_stat(&out->allocated_bytes[t], &s, 1);
             fill_stat(&out->active_bytes[t], &s, 1);
-            out->requested_bytes[t].current += (int64_t)s.requested;
-            out->requested_bytes[t].peak += (int64_t)s.peak_requested;
+
             out->reserved_bytes[t].current += (int64_t)s.capacity;
             out->reserved_bytes[t].peak += (int64_t)s.capacity;
             int64_t chunks = ascm_device_chunk_count(d, k);
@@ -229,6 +250,10 @@ static void fill_common(npu_device_stats *out, int device) {
             out->segment[t].peak += chunks;
         }
         out->num_ooms += (int64_t)s.failed_count;
+    }
+    for (int t = 0; t < STAT_TYPES; t++) { /* what torch asked for, not the rounded sizes */
+        out->requested_bytes[t].current = atomic_load(&slots[device].requested[t]);
+        out->requested_bytes[t].peak = atomic_load(&slots[device].requested_peak[t]);
     }
     put(device, d);
 }
@@ -295,5 +320,7 @@ EXPORT void ascmem_pluggable_reset_peak_status(int device) {
     ascm_device *d = get(device);
     if (!d) return;
     ascm_device_reset_peaks(d);
+    for (int t = 0; t < STAT_TYPES; t++)
+        atomic_store(&slots[device].requested_peak[t], atomic_load(&slots[device].requested[t]));
     put(device, d);
 }

@@ -421,11 +421,14 @@ def test_17_one_failed_request_counts_once():
         before = stats(17).v[109]
         assert alloc(1 << 40, 17, None) is None
         assert stats(17).v[109] == before + 1
-        ps = [alloc(4096, 17, None) for _ in range(5)]
+        ps = [alloc(1000, 17, None) for _ in range(5)]
+        v = stats(17).v
+        assert v[96] == 5000  # requested_bytes.all.current: what torch asked for, not 5 x 1056
         for p in ps:
-            free(p, 0, 17, None)
+            free(p, 1000, 17, None)
         v = stats(17).v
         assert v[0] == 0 and v[1] >= 5  # allocation.all: current 0, peak 5
+        assert v[96] == 0 and v[97] == 5000  # requested_bytes.all: current, peak
     finally:
         pl.unconfigure(17)
 
