@@ -204,6 +204,14 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
 int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                            int *kind, int *events);
 void ascm_device_count_failure(ascm_device *d, int kind);
+/* The same calls without the gate's two atomic operations, for a caller that
+ * holds the lock every reset and close of this device is made under (the
+ * Python Device: the GIL, which ascm_device_reset never releases), so that
+ * neither can run while the call is inside.  A closed device still refuses
+ * them with ASCM_ERR_CLOSED. */
+int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                uint64_t *addr, int *kind, int *events);
+int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
 /* kind_mask: kinds the address may belong to (bit per kind). */
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
 int ascm_device_kind_of(const ascm_device *d, uint64_t addr);  /* -1: none */

@@ -68,6 +68,7 @@ struct ascm_device {
     ascm_lock lock; /* the budget's */
     ascm_budget b;
     _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
+    _Atomic int closed; /* beside the tables: the held calls read it every time */
     uint64_t base[ASCM_KINDS], size[ASCM_KINDS], min_block;
     int growable[ASCM_KINDS];
     charge_ctx ctx[ASCM_KINDS];
@@ -86,7 +87,6 @@ struct ascm_device {
     char gate_pad[64];
     _Atomic uint64_t inflight;
     _Atomic uint32_t shut;   /* quiesce() calls not yet reopened; closed devices stay shut */
-    _Atomic int closed;
     ascm_fork_node fork_chunks, fork_budget;
 };
 
@@ -412,6 +412,16 @@ static int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode, 
     return st;
 }
 
+int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                uint64_t *addr, int *kind, int *events) {
+    if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed))) {
+        *events = 0;
+        *kind = -1;
+        return ASCM_ERR_CLOSED;
+    }
+    return device_try(d, size, policy, mode, addr, kind, events);
+}
+
 int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                            int *kind, int *events) {
     if (ASCM_UNLIKELY(!gate_enter(d))) {
@@ -459,17 +469,29 @@ int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
     return k;
 }
 
+static inline int device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
+    ascm_pool *p = chunk_at(d, addr, kind_mask, kind); /* the kinds the caller expects first */
+    if (p) return ascm_pool_free(p, addr);
+    ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
+    return ASCM_ERR_BADFREE;
+}
+
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
     if (ASCM_UNLIKELY(!gate_enter(d))) {
         *kind = -1;
         return ASCM_ERR_CLOSED;
     }
-    ascm_pool *p = chunk_at(d, addr, kind_mask, kind); /* the kinds the caller expects first */
-    int st = ASCM_ERR_BADFREE;
-    if (p) st = ascm_pool_free(p, addr);
-    else ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
+    int st = device_free(d, addr, kind_mask, kind);
     gate_leave(d);
     return st;
+}
+
+int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
+    if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed))) {
+        *kind = -1;
+        return ASCM_ERR_CLOSED;
+    }
+    return device_free(d, addr, kind_mask, kind);
 }
 
 ascm_pool *ascm_device_pool(ascm_device *d, int kind) {

@@ -103,6 +103,9 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                                uint64_t *addr, int *kind, int *events)
     void ascm_device_count_failure(ascm_device *d, int kind)
+    int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                    uint64_t *addr, int *kind, int *events)
+    int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_enter(ascm_device *d)
     void ascm_device_leave(ascm_device *d)
     void ascm_device_quiesce(ascm_device *d)
@@ -199,8 +202,9 @@ cdef class Device:
     cdef _pool_sizes(self, object pool_sizes)
     cdef _acl_sizes(self, uint64_t reserve, uint64_t app)
     cdef _first_chunks(self, uint64_t *out)
-    cdef object _alloc(self, object size, object policy, int mode, object stream, str call)
-    cdef object _free(self, object ptr, unsigned mask, object stream, str call)
+    cdef object _alloc_rest(self, object size, object policy, int mode, object stream, str call,
+                            int st, uint64_t addr, int kind, int events)
+    cdef _free_failed(self, int st, uint64_t a, unsigned mask, int kind, str call)
     cdef int _wait_reset(self, str call) except -1
     cdef int _free_when_open(self, uint64_t a, unsigned mask, int *kind, str call) except -1
     cdef _require_open(self, str call)

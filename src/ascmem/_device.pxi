@@ -4,7 +4,10 @@
 # Threads and locks: no C lock holder ever waits for the GIL (walks gather
 # into C memory, hooks run with no lock held), so a thread holding the GIL
 # may spin on a pool lock.  Callers without the GIL pass the C device's gate;
-# reset and close shut it, without the GIL, before they free anything.
+# reset and close shut it, without the GIL, before they free anything.  The
+# methods here hold the GIL, which reset and close also hold while they free
+# (ascm_device_reset never releases it), so they use the *_held calls and
+# skip the gate's two atomic operations per call.
 
 import os
 import threading
@@ -281,6 +284,8 @@ cdef class Device:
         (this kind's first, then every kind's) and tries once more.  True:
         the request should be retried."""
         with self._grow_lock:
+            if self._closed:
+                return False
             if ascm_device_generation(self._d, k) != generation:
                 return True  # another thread changed the chunks meanwhile
             need = (size + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
@@ -376,7 +381,8 @@ cdef class Device:
             with nogil:
                 ascm_device_close(self._d)  # waits out callers inside
         self._drop_pending_events()
-        self._up.close()
+        with self._grow_lock:  # no growth can add a chunk after this
+            self._up.close()
 
     def __enter__(self):
         return self
@@ -432,65 +438,65 @@ cdef class Device:
         """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary.
         With a stream, a block that stream alone freed, of the size this
         request gets, is handed back at once."""
-        return self._alloc(size, policy, ASCM_SIZE_MALLOC, stream, "malloc")
+        return _device_alloc(self, size, policy, ASCM_SIZE_MALLOC, stream, "malloc")
 
     def malloc_align32(self, size, policy=0, stream=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
-        return self._alloc(size, policy, ASCM_SIZE_ALIGN32, stream, "malloc_align32")
+        return _device_alloc(self, size, policy, ASCM_SIZE_ALIGN32, stream, "malloc_align32")
 
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""
-        return self._alloc(size, None, ASCM_SIZE_DVPP, stream, "dvpp_malloc")
+        return _device_alloc(self, size, 0, ASCM_SIZE_DVPP, stream, "dvpp_malloc")
 
     def malloc_host(self, size):
         """aclrtMallocHost: host memory at a 64-byte boundary."""
-        return self._alloc(size, None, ASCM_SIZE_HOST, None, "malloc_host")
+        return _device_alloc(self, size, 0, ASCM_SIZE_HOST, None, "malloc_host")
 
     def free(self, ptr, stream=None):
         """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
         record_stream), the block waits until the streams' work is done."""
-        self._free(ptr, _DEVICE_MASK, stream, "free")
+        _device_free(self, ptr, _DEVICE_MASK, stream, "free")
 
     def dvpp_free(self, ptr, stream=None):
         """acldvppFree for dvpp_malloc memory."""
-        self._free(ptr, _DVPP_MASK, stream, "dvpp_free")
+        _device_free(self, ptr, _DVPP_MASK, stream, "dvpp_free")
 
     def free_host(self, ptr):
         """aclrtFreeHost for malloc_host memory."""
-        self._free(ptr, _HOST_MASK, None, "free_host")
+        _device_free(self, ptr, _HOST_MASK, None, "free_host")
 
-    cdef object _alloc(self, object size, object policy, int mode, object stream, str call):
-        """The one allocation path: same-stream reuse, the C device, then the
-        slow path (retries, out-of-memory error); guard bytes in debug mode."""
-        cdef uint64_t addr, want, n = as_u64(size, "size")
-        cdef int kind, events, st
-        cdef uint32_t pol = _policy(policy) if policy is not None else 0
-        if stream is not None:
-            _check_stream(stream)
-            if stream in self._pending:
-                addr = self._reuse(stream, n, pol, mode)
-                if addr:
-                    return addr
-        # debug mode asks for the guard bytes too; a size no device has is
-        # left as it is (routing refuses it) so that adding them cannot wrap
-        want = n + _GUARD if self._debug and n <= _NO_DEVICE_HAS else n
-        st = ascm_device_try_malloc(self._d, want, pol, mode, &addr, &kind, &events)
-        if st != ASCM_OK:
-            addr = self._alloc_slow(st, want, pol, mode, kind, events, policy, call)
+    cdef object _alloc_rest(self, object size, object policy, int mode, object stream, str call,
+                            int st, uint64_t addr, int kind, int events):
+        """The rest of _device_alloc: st is the status of a first try of the
+        whole size (-1: not tried: a stream or debug mode).  Same-stream reuse,
+        then the C device, then the slow path (retries, out-of-memory error);
+        guard bytes in debug mode."""
+        cdef uint64_t want, n = as_u64(size, "size")
+        cdef uint32_t pol = _policy(policy)
+        if st == -1:
+            if stream is not None:
+                _check_stream(stream)
+                if stream in self._pending:
+                    addr = self._reuse(stream, n, pol, mode)
+                    if addr:
+                        return addr
+            # debug mode asks for the guard bytes too; a size no device has is
+            # left as it is (routing refuses it) so that adding them cannot wrap
+            want = n + _GUARD if self._debug and n <= _NO_DEVICE_HAS else n
+            st = ascm_device_try_malloc_held(self._d, want, pol, mode, &addr, &kind, &events)
+        else:
+            want = n
+        if st != ASCM_OK:  # media and host calls take no policy: their messages show none
+            addr = self._alloc_slow(st, want, pol, mode, kind, events,
+                                    policy if mode <= ASCM_SIZE_ALIGN32 else None, call)
         elif events:
             self._events(events)
         if self._debug:
             return self._guarded(addr, n)
         return addr
 
-    cdef object _free(self, object ptr, unsigned mask, object stream, str call):
-        """The one free path."""
-        cdef int kind, st
-        cdef uint64_t a = as_u64(ptr, "pointer")
-        if stream is not None or self._recorded or self._pending_by_addr or self._views or self._debug:
-            return self._free_slow(a, mask, stream, call)
-        st = ascm_device_free(self._d, a, mask, &kind)
+    cdef _free_failed(self, int st, uint64_t a, unsigned mask, int kind, str call):
         if st == ASCM_ERR_CLOSED:
             st = self._free_when_open(a, mask, &kind, call)
         if st != ASCM_OK:
@@ -502,7 +508,7 @@ cdef class Device:
         cdef int st = ASCM_ERR_CLOSED
         while st == ASCM_ERR_CLOSED:
             self._wait_reset(call)
-            st = ascm_device_free(self._d, a, mask, kind)
+            st = ascm_device_free_held(self._d, a, mask, kind)
         return st
 
     cdef int _wait_reset(self, str call) except -1:
@@ -736,16 +742,16 @@ cdef class Device:
         cdef uint64_t addr
         while st == ASCM_ERR_CLOSED:  # resets in progress (raises once closed for good)
             self._wait_reset(call)
-            st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+            st = ascm_device_try_malloc_held(self._d, size, policy, mode, &addr, &kind, &events)
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
             self.process_events()
             self._trim_all()
-            st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+            st = ascm_device_try_malloc_held(self._d, size, policy, mode, &addr, &kind, &events)
             if st != ASCM_OK and self._oom_callback is not None:
                 info = self._oom_info(size, kind)
                 if self._oom_callback(info):
                     self._counters["oom_retries"] += 1
-                    st = ascm_device_try_malloc(self._d, size, policy, mode, &addr, &kind, &events)
+                    st = ascm_device_try_malloc_held(self._d, size, policy, mode, &addr, &kind, &events)
         if st == ASCM_OK:
             if events:
                 self._events(events)
@@ -1154,6 +1160,34 @@ cdef class Device:
     def __repr__(self):
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
                 f"backend={self.backend}{' closed' if self._closed else ''}>")
+
+
+cdef inline object _device_alloc(Device self, object size, object policy, int mode, object stream,
+                                 str call):
+    """The allocation path of every Device allocation call.  The common case
+    -- no stream, no debug mode, the first try succeeds with nothing to warn
+    about -- is inline in each caller (with its mode a constant); everything
+    else goes on in Device._alloc_rest, with what was tried so far."""
+    cdef uint64_t addr = 0, n
+    cdef int kind = -1, events = 0, st = -1
+    if stream is None and not self._debug:
+        n = as_u64(size, "size")
+        st = ascm_device_try_malloc_held(self._d, n, _policy(policy), mode, &addr, &kind, &events)
+        if st == ASCM_OK and not events:
+            return addr
+    return self._alloc_rest(size, policy, mode, stream, call, st, addr, kind, events)
+
+
+cdef inline object _device_free(Device self, object ptr, unsigned mask, object stream, str call):
+    """The free path of every Device free call: inline when no stream, view,
+    guard or earlier stream free is involved; else Device._free_slow."""
+    cdef int kind, st
+    cdef uint64_t a = as_u64(ptr, "pointer")
+    if stream is not None or self._recorded or self._pending_by_addr or self._views or self._debug:
+        return self._free_slow(a, mask, stream, call)
+    st = ascm_device_free_held(self._d, a, mask, &kind)
+    if st != ASCM_OK:
+        self._free_failed(st, a, mask, kind, call)
 
 
 cdef uint64_t _ALL = 0xFFFFFFFFFFFFFFFF  # _release: every entry, whatever its sequence number
