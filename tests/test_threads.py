@@ -131,6 +131,7 @@ def test_no_warning_for_a_clean_pool():
         gc.collect()
 
 
+@pytest.mark.filterwarnings("ignore::ascmem.PrecautionWarning")
 def test_threads_allocate_with_streams_while_others_reset_walk_and_trim():
     """Python threads allocate, free on streams, record streams and
     synchronize on one host device while one thread resets it, another

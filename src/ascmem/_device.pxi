@@ -1019,11 +1019,13 @@ cdef class Device:
                 self._bases(bases)
                 if ascm_device_reset(self._d, bases) != ASCM_OK:
                     raise OutOfMemoryError("host memory for the device's metadata ran out")
+                # before anything that may release the GIL (pyACL frees below):
+                # other threads must find no bookkeeping of the blocks just freed
+                self._forget_blocks()
                 for k in range(ASCM_KINDS):  # stale pointers into these stay foreign
                     for base, size in old[k]:
                         self._up.retire(k, base, size)
                     self._taken[k] = self._sizes[k]
-                self._forget_blocks()
         finally:
             ascm_device_reopen(self._d)
 
