@@ -438,20 +438,40 @@ cdef class Device:
         """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary.
         With a stream, a block that stream alone freed, of the size this
         request gets, is handed back at once."""
-        return _device_alloc(self, size, policy, ASCM_SIZE_MALLOC, stream, "malloc")
+        cdef uint64_t addr = 0
+        cdef int kind = -1, events = 0
+        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_MALLOC, stream, &addr, &kind, &events)
+        if st == ASCM_OK and not events:
+            return addr
+        return self._alloc_rest(size, policy, ASCM_SIZE_MALLOC, stream, "malloc", st, addr, kind, events)
 
     def malloc_align32(self, size, policy=0, stream=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
-        return _device_alloc(self, size, policy, ASCM_SIZE_ALIGN32, stream, "malloc_align32")
+        cdef uint64_t addr = 0
+        cdef int kind = -1, events = 0
+        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_ALIGN32, stream, &addr, &kind, &events)
+        if st == ASCM_OK and not events:
+            return addr
+        return self._alloc_rest(size, policy, ASCM_SIZE_ALIGN32, stream, "malloc_align32", st, addr, kind, events)
 
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""
-        return _device_alloc(self, size, 0, ASCM_SIZE_DVPP, stream, "dvpp_malloc")
+        cdef uint64_t addr = 0
+        cdef int kind = -1, events = 0
+        cdef int st = _alloc_first_try(self, size, 0, ASCM_SIZE_DVPP, stream, &addr, &kind, &events)
+        if st == ASCM_OK and not events:
+            return addr
+        return self._alloc_rest(size, 0, ASCM_SIZE_DVPP, stream, "dvpp_malloc", st, addr, kind, events)
 
     def malloc_host(self, size):
         """aclrtMallocHost: host memory at a 64-byte boundary."""
-        return _device_alloc(self, size, 0, ASCM_SIZE_HOST, None, "malloc_host")
+        cdef uint64_t addr = 0
+        cdef int kind = -1, events = 0
+        cdef int st = _alloc_first_try(self, size, 0, ASCM_SIZE_HOST, None, &addr, &kind, &events)
+        if st == ASCM_OK and not events:
+            return addr
+        return self._alloc_rest(size, 0, ASCM_SIZE_HOST, None, "malloc_host", st, addr, kind, events)
 
     def free(self, ptr, stream=None):
         """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
@@ -468,8 +488,9 @@ cdef class Device:
 
     cdef object _alloc_rest(self, object size, object policy, int mode, object stream, str call,
                             int st, uint64_t addr, int kind, int events):
-        """The rest of _device_alloc: st is the status of a first try of the
-        whole size (-1: not tried: a stream or debug mode).  Same-stream reuse,
+        """The rest of an allocation after _alloc_first_try: st is the status
+        of the first try of the whole size (-1: not tried: a stream or debug
+        mode).  Same-stream reuse,
         then the C device, then the slow path (retries, out-of-memory error);
         guard bytes in debug mode."""
         cdef uint64_t want, n = as_u64(size, "size")
@@ -1164,20 +1185,16 @@ cdef class Device:
                 f"backend={self.backend}{' closed' if self._closed else ''}>")
 
 
-cdef inline object _device_alloc(Device self, object size, object policy, int mode, object stream,
-                                 str call):
-    """The allocation path of every Device allocation call.  The common case
-    -- no stream, no debug mode, the first try succeeds with nothing to warn
-    about -- is inline in each caller (with its mode a constant); everything
-    else goes on in Device._alloc_rest, with what was tried so far."""
-    cdef uint64_t addr = 0, n
-    cdef int kind = -1, events = 0, st = -1
-    if stream is None and not self._debug:
-        n = as_u64(size, "size")
-        st = ascm_device_try_malloc_held(self._d, n, _policy(policy), mode, &addr, &kind, &events)
-        if st == ASCM_OK and not events:
-            return addr
-    return self._alloc_rest(size, policy, mode, stream, call, st, addr, kind, events)
+cdef inline int _alloc_first_try(Device self, object size, object policy, int mode, object stream,
+                                 uint64_t *addr, int *kind, int *events) except -2:
+    """The first try of every Device allocation call, inline in each (its
+    mode a constant): the C device's status, or -1 when a stream or debug
+    mode needs the general path first.  Device._alloc_rest goes on from it:
+    the request is tried once, whatever path it takes."""
+    if stream is not None or self._debug:
+        return -1
+    return ascm_device_try_malloc_held(self._d, as_u64(size, "size"), _policy(policy), mode, addr,
+                                       kind, events)
 
 
 cdef inline object _device_free(Device self, object ptr, unsigned mask, object stream, str call):
