@@ -18,7 +18,13 @@ if os.environ.get("ASCMEM_SANITIZE"):  # an ASan/UBSan build of the extension, f
     san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     compile_args += san
     link_args += san
-elif os.environ.get("ASCMEM_NO_LTO") is None:
+else:
+    # No debug information (Python's CFLAGS ask for -g) and a stripped
+    # symbol table: 5.9 MB -> about 1 MB, and a faster build.  The exported
+    # pluggable functions stay in the dynamic symbol table.
+    compile_args += ["-g0"]
+    link_args += ["-s"]
+if not os.environ.get("ASCMEM_SANITIZE") and os.environ.get("ASCMEM_NO_LTO") is None:
     # The hot path crosses pool.c, fit.c, slab.c and the bindings; link-time
     # optimisation inlines across them (13% fewer instructions per pair in the
     # C benchmark).  ASCMEM_NO_LTO=1 turns it off for toolchains without it.

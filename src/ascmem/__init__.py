@@ -13,7 +13,7 @@ from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
 from ascmem import profiles
 
-__version__ = "0.1.0"
+from ascmem._version import __version__
 
 
 def get_include():

@@ -189,7 +189,7 @@ def _traces(quick):
     if os.path.exists(shared):
         out.append(tr.load(shared))
     for name in ("video_pipeline", "batch_inference", "many_small"):
-        out.append(tr.load(os.path.join(HERE, "examples", f"{name}.csv.gz")))
+        out.append(tr.example(name))
     if quick:
         out = out[1:3]
     return out

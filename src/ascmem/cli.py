@@ -7,7 +7,6 @@ malformed trace).
 
 import argparse
 import json
-import os
 import sys
 
 EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas-training",
@@ -20,13 +19,12 @@ def _mib(n):
     return f"{n / 2**10:,.1f} KiB" if n >= 2**10 else f"{n} B"
 
 
-def _example_path(name):
-    here = os.path.join(os.path.dirname(__file__), "examples")
-    path = os.path.join(here, f"{name}.csv.gz")
-    if not os.path.exists(path):
+def _example(name):
+    from ascmem import trace
+    if name not in trace.example_names():
         known = ", ".join(sorted(EXAMPLE_MODELS))
         raise _Usage(f"unknown example {name!r}; known: {known}")
-    return path
+    return trace.example(name)
 
 
 class _Usage(Exception):
@@ -38,7 +36,7 @@ def _load(args):
     if getattr(args, "example", None):
         if args.trace:
             raise _Usage("give a trace file or --example, not both")
-        return trace.load(_example_path(args.example))
+        return _example(args.example)
     if not args.trace:
         raise _Usage("give a trace file or --example NAME")
     return trace.load(args.trace)

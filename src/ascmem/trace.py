@@ -12,6 +12,7 @@ that is actually holding requested bytes at the worst moment (1.0 is the limit).
 import csv
 import dataclasses
 import gzip
+import importlib.resources
 import io
 import os
 import time
@@ -95,6 +96,27 @@ def _open_text(path_or_file):
     except UnicodeDecodeError as exc:
         raise TraceError(f"{name}: not a text CSV file (not UTF-8: {exc.reason} at byte "
                          f"{exc.start})") from None
+
+
+def _examples_dir():
+    return importlib.resources.files("ascmem") / "examples"
+
+
+def example_names():
+    """The workloads shipped with the package."""
+    return sorted(r.name[:-len(".csv.gz")] for r in _examples_dir().iterdir()
+                  if r.name.endswith(".csv.gz"))
+
+
+def example(name):
+    """A shipped example trace, read through importlib.resources (so it
+    works from a wheel, a zip or a source tree alike)."""
+    res = _examples_dir() / f"{name}.csv.gz"
+    if not res.is_file():
+        raise TraceError(f"no example {name!r}; shipped: {', '.join(example_names())}")
+    data = io.BytesIO(res.read_bytes())
+    data.name = f"{name}.csv.gz"
+    return load(data)
 
 
 def load(path_or_file):
