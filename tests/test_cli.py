@@ -73,3 +73,21 @@ def test_plot_writes_a_png(tmp_path):
     r = run("replay", "--example", "batch_inference", "--plot", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_version_and_the_product_list():
+    import ascmem
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"ascmem {ascmem.__version__}"
+    r = run("info", "--list")
+    assert r.returncode == 0
+    names = {line.split()[0] for line in r.stdout.splitlines()[2:]}
+    assert set(ascmem.profiles.names()) <= names
+
+
+def test_shipped_examples_come_through_importlib_resources():
+    from ascmem import trace
+    assert {"video_pipeline", "batch_inference", "many_small"} <= set(trace.example_names())
+    assert len(trace.example("video_pipeline").events) == 4313
+    with pytest.raises(trace.TraceError, match="shipped"):
+        trace.example("no_such_workload")

@@ -57,6 +57,11 @@ def _table(rows, header):
 def cmd_info(args):
     import ascmem
     from ascmem import MemAttr, profiles
+    if args.list:
+        rows = [(p.name, p.title, ", ".join(p.aliases) or "-")
+                for p in (profiles.get(n) for n in profiles.names())]
+        print(_table(rows, ("model", "product", "aliases")))
+        return 0
     prof = profiles.get(args.model)
     dev = ascmem.Device(prof.name, mode=args.mode)
     b = dev.budget()
@@ -204,12 +209,15 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="ascmem", description="Plan and compare Ascend device memory with the ascmem "
         "allocator, no hardware needed.")
+    from ascmem._version import __version__
+    p.add_argument("--version", action="version", version=f"ascmem {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     s = sub.add_parser("info", help="a product's memory profile, budgets and precautions")
     s.add_argument("--model", default="atlas-inference", help="product profile (default: %(default)s)")
     s.add_argument("--mode", default=None, help="EP or RC (default: the product's first)")
+    s.add_argument("--list", action="store_true", help="list the product names and exit")
     s.set_defaults(func=cmd_info)
 
     def trace_args(s):
