@@ -348,3 +348,21 @@ def test_bad_pointers_to_a_device():
     with pytest.raises(ascmem.InvalidFreeError):
         d.free(a)
     d.check()
+
+
+def test_peaks_reset_and_the_limit_reads_back():
+    d = ascmem.Device("atlas-training")
+    p = d.malloc(8 << 20)
+    d.free(p)
+    assert d.stats()["huge"]["peak_used"] > 0
+    d.reset_peak_memory_stats()
+    assert d.stats()["huge"]["peak_used"] == 0 and d.budget()["peak_huge"] == 0
+    assert d.get_limit() == 0 and d.get_memory_fraction() == 1.0
+    d.set_memory_fraction(0.25)
+    assert d.get_limit() == int(d.budget()["total"] * 0.25)
+    assert abs(d.get_memory_fraction() - 0.25) < 1e-9
+    pool = ascmem.Pool(1 << 26, base=1 << 32)
+    pool.free(pool.alloc(1 << 20))
+    assert pool.stats()["peak_used"] == 1 << 20
+    pool.reset_peak_memory_stats()
+    assert pool.stats()["peak_used"] == 0 and pool.stats()["peak_live_count"] == 0

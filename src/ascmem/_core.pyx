@@ -395,6 +395,14 @@ cdef class Pool:
         """Frees every block at once; addresses from before are invalid."""
         ascm_pool_reset(self._p)
 
+    def reset_peaks(self):
+        """Peak statistics start again from current use."""
+        ascm_pool_reset_peaks(self._p)
+
+    def reset_peak_memory_stats(self):
+        """PyTorch's name for reset_peaks()."""
+        ascm_pool_reset_peaks(self._p)
+
     def trim(self):
         """Gives spare empty slabs back; returns the bytes released."""
         return ascm_pool_trim(self._p)

@@ -1095,6 +1095,19 @@ cdef class Device:
         """Peak statistics start again from current use."""
         ascm_device_reset_peaks(self._d)
 
+    def reset_peak_memory_stats(self):
+        """PyTorch's name for reset_peaks()."""
+        ascm_device_reset_peaks(self._d)
+
+    def get_limit(self):
+        """The cap set by set_limit / set_memory_fraction, in bytes (0: none)."""
+        return self.budget()["limit"]
+
+    def get_memory_fraction(self):
+        """The cap as a fraction of the device's total memory (1.0: no cap)."""
+        b = self.budget()
+        return min(1.0, b["limit"] / b["total"]) if b["limit"] and b["total"] else 1.0
+
     def set_limit(self, limit):
         """Caps huge + normal + runtime memory at limit bytes (0: no cap)."""
         ascm_device_set_limit(self._d, as_u64(limit, "limit"))
