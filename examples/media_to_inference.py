@@ -9,8 +9,10 @@ Device.as_model_input: same address, same bytes.
 """
 import sys
 import time
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import ascmem
 
@@ -21,21 +23,21 @@ rows = (np.arange(IN_H) * H // IN_H)
 cols = (np.arange(IN_W) * W // IN_W)
 
 
-def decode_into(view, n):
+def decode_into(view: npt.NDArray[Any], n: int) -> None:
     """Stands in for the video decoder: writes frame n into a media buffer."""
     y = view[: W * H].reshape(H, W)
     y[:] = (np.arange(W, dtype=np.uint16)[None, :] + n) % 251
     view[W * H:] = 128
 
 
-def resize_into(src, dst):
+def resize_into(src: npt.NDArray[Any], dst: npt.NDArray[Any]) -> None:
     """Nearest-neighbour resize of the Y plane into a 224x224x3 model input."""
     y = src[: W * H].reshape(H, W)
     small = y[rows[:, None], cols[None, :]]
     dst.reshape(IN_H, IN_W, 3)[:] = small[:, :, None]
 
 
-def main(frames=300):
+def main(frames: int = 300) -> int:
     dev = ascmem.Device("atlas-inference", backend="host")
     weights = dev.malloc(3 * 16 * 4, ascmem.Policy.HUGE_ONLY)           # a 3->16 linear layer
     w = dev.as_array(weights, (3, 16), np.float32)

@@ -91,3 +91,19 @@ def test_shipped_examples_come_through_importlib_resources():
     assert len(trace.example("video_pipeline").events) == 4313
     with pytest.raises(trace.TraceError, match="shipped"):
         trace.example("no_such_workload")
+
+
+def test_the_stubs_cover_the_compiled_classes():
+    """_core.pyi names every public method of the compiled classes (mypy and
+    editors read it; scripts/typecheck.py runs mypy --strict in CI)."""
+    import ast
+    import os
+    import ascmem
+    here = os.path.dirname(ascmem.__file__)
+    tree = ast.parse(open(os.path.join(here, "_core.pyi"), encoding="utf-8").read())
+    stubbed = {c.name: {f.name for f in c.body if isinstance(f, ast.FunctionDef)}
+               for c in tree.body if isinstance(c, ast.ClassDef)}
+    assert os.path.exists(os.path.join(here, "py.typed"))
+    for cls in (ascmem.Pool, ascmem.BuddyAllocator, ascmem.Device):
+        public = {n for n in vars(cls) if not n.startswith("_") and callable(getattr(cls, n))}
+        assert public <= stubbed[cls.__name__], public - stubbed[cls.__name__]
