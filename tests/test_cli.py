@@ -107,3 +107,26 @@ def test_the_stubs_cover_the_compiled_classes():
     for cls in (ascmem.Pool, ascmem.BuddyAllocator, ascmem.Device):
         public = {n for n in vars(cls) if not n.startswith("_") and callable(getattr(cls, n))}
         assert public <= stubbed[cls.__name__], public - stubbed[cls.__name__]
+
+
+def test_signatures_docstrings_and_warnings_point_at_the_caller():
+    import inspect
+    import warnings
+    import ascmem
+    assert "host_memory" in inspect.signature(ascmem.Device).parameters
+    assert list(inspect.signature(ascmem.Pool).parameters)[0] == "size"
+    for cls in (ascmem.Pool, ascmem.BuddyAllocator, ascmem.Device):
+        for name, fn in vars(cls).items():
+            if not name.startswith("_") and callable(getattr(cls, name)):
+                assert getattr(cls, name).__doc__, f"{cls.__name__}.{name} has no docstring"
+    for kw in inspect.signature(ascmem.Device).parameters:
+        assert f"``{kw}``" in ascmem.Device.__doc__, f"Device docstring does not document {kw}"
+    d = ascmem.Device("atlas-inference", mode="RC")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for _ in range(100):
+            try:
+                d.malloc(64 << 20, 1)  # this line is the warning's
+            except ascmem.OutOfMemoryError:
+                break
+    assert got and got[0].filename == __file__

@@ -172,7 +172,7 @@ cdef _warn_leaks(str what, ascm_pool *p, object kind):
     where = f" ({kind} memory)" if kind else ""
     try:
         warnings.warn(f"{what}{where} destroyed with {s.live_count} live blocks "
-                      f"({_fmt_bytes(s.used)}); largest: {top}", ResourceWarning, stacklevel=2)
+                      f"({_fmt_bytes(s.used)}); largest: {top}", ResourceWarning, stacklevel=1)
     except Exception:  # warnings turned into errors can not propagate from a destructor
         pass
 
@@ -266,7 +266,10 @@ cdef str _pool_config_problem(ascm_pool_config *c):
 
 @cython.final
 cdef class Pool:
-    """A pool over the address range [base, base + size): slabs for requests
+    """Pool(size, *, base=0, min_block=4096, page_size=None)
+--
+
+    A pool over the address range [base, base + size): slabs for requests
     up to 32 KiB, best fit with coalescing above.  Thread-safe.
 
     ``page_size`` (default ``min_block``) is the page whose use the pool
@@ -377,6 +380,8 @@ cdef class Pool:
                        f"(the other {done} were freed)")
 
     def stats(self):
+        """Counters and sizes (capacity, used, requested, peaks, free,
+        largest_free, cached_bytes, counts, pages, metadata), in bytes."""
         cdef ascm_stats s
         ascm_pool_stats(self._p, &s)
         return _stats_dict(&s)
@@ -423,7 +428,10 @@ cdef class Pool:
 
 @cython.final
 cdef class BuddyAllocator:
-    """A binary buddy allocator over [base, base + size) with exact-size
+    """BuddyAllocator(size, *, base=0, min_block=4096)
+--
+
+    A binary buddy allocator over [base, base + size) with exact-size
     allocations.  Not locked: share it between threads only under a lock."""
 
     def __cinit__(self, size, *, base=0, min_block=4096):
@@ -446,6 +454,7 @@ cdef class BuddyAllocator:
             ascm_buddy_destroy(self._b)
 
     def alloc(self, nbytes, align=64):
+        """Allocates exactly nbytes (rounded to min_block) at a multiple of align."""
         cdef uint64_t addr, size = as_u64(nbytes, "size"), al = _align(align)
         cdef int st = ascm_buddy_alloc(self._b, size, al, &addr)
         cdef ascm_stats s
@@ -455,12 +464,14 @@ cdef class BuddyAllocator:
         return addr
 
     def free(self, addr):
+        """Frees the block that starts at addr."""
         cdef uint64_t a = as_u64(addr, "address")
         cdef int st = ascm_buddy_free(self._b, a)
         if st != ASCM_OK:
             _raise(st, f"{a:#x} is not the start of a live block of this allocator")
 
     def usable_size(self, addr):
+        """Bytes usable at addr (the request rounded to min_block)."""
         cdef uint64_t n, a = as_u64(addr, "address")
         cdef int st = ascm_buddy_usable_size(self._b, a, &n)
         if st != ASCM_OK:
@@ -468,6 +479,7 @@ cdef class BuddyAllocator:
         return n
 
     def requested_size(self, addr):
+        """Bytes the caller asked for at addr."""
         cdef uint64_t n, a = as_u64(addr, "address")
         cdef int st = ascm_buddy_requested_size(self._b, a, &n)
         if st != ASCM_OK:
@@ -475,6 +487,7 @@ cdef class BuddyAllocator:
         return n
 
     def alloc_many(self, sizes, align=64):
+        """Allocates every size (all or nothing); returns a uint64 array."""
         cdef uint64_t al = _align(align)
         cdef const uint64_t[::1] sz = _sizes_array(sizes)
         np = _numpy()
@@ -493,6 +506,8 @@ cdef class BuddyAllocator:
         return out
 
     def free_many(self, addrs):
+        """Frees every address; raises InvalidFreeError after freeing the
+        valid ones if any address was not a live block."""
         cdef const uint64_t[::1] a = _u64_array(addrs, "addresses")
         cdef size_t i, bad = 0, n = a.shape[0]
         for i in range(n):
@@ -503,11 +518,13 @@ cdef class BuddyAllocator:
                                    f"(the other {n - bad} were freed)")
 
     def stats(self):
+        """Counters and sizes, as Pool.stats()."""
         cdef ascm_stats s
         ascm_buddy_stats(self._b, &s)
         return _stats_dict(&s)
 
     def check(self):
+        """Walks every invariant; raises CorruptionError naming a broken one."""
         cdef char msg[MSG_LEN]
         msg[0] = 0
         cdef int st = ascm_buddy_check(self._b, msg, MSG_LEN)
@@ -515,6 +532,7 @@ cdef class BuddyAllocator:
             _raise(st, msg.decode("utf-8", "replace") or "check failed")
 
     def reset(self):
+        """Frees every block at once; addresses from before are invalid."""
         ascm_buddy_reset(self._b)
 
     def __contains__(self, addr):

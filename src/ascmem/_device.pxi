@@ -99,12 +99,31 @@ cdef inline _check_stream(object stream):
 
 @cython.final
 cdef class Device:
-    """A simulated Ascend device: memory kinds, budgets and the CANN rules.
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None)
+--
 
-    ``model``: a profile name (``ascmem.profiles.names()``); ``mode``: "EP" or
-    "RC"; ``memory`` / ``free_os_memory``: override the profile's bytes;
+    An Ascend device: one pool per memory kind, one physical budget, the
+    CANN rules.
+
+    ``model``: a profile name or alias (``ascmem.profiles.names()``,
+    ``ascmem info --list``).
+    ``mode``: "EP" or "RC" (default: the product's first).
+    ``backend``: "sim" (addresses only), "host" (real memory from mmap) or
+    "acl" (chunks from the CANN runtime through pyACL).
+    ``device_id``: the device's number (simulated ranges of different ids never
+    overlap; the pluggable functions use it as the device index).
+    ``memory`` / ``free_os_memory``: override the profile's bytes.
     ``aicpu_cache``: bytes the first job takes on products that cache AI CPU
-    operators (default: the upper bound); ``host_memory``: size of the host pool.
+    operators (default: the upper bound).
+    ``host_memory``: size of the host (aclrtMallocHost) pool.
+    ``limit``: cap on huge + normal + runtime memory in bytes (as set_limit).
+    ``pool_sizes``: host and acl backends: the bytes each kind takes from its
+    upstream, ``{"normal": size}``, or ``{"normal": (initial, maximum)}`` for a
+    pool that grows by chunks (at least 2 MiB each).
+    ``acl_module``: the pyACL module to use with backend="acl" (default:
+    ``import acl``).
+
+    ``with Device(...) as dev:`` closes the device at the end.
     """
 
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
@@ -743,6 +762,7 @@ cdef class Device:
             self._release(self._pending[stream], stream, upto)
 
     def pending_bytes(self):
+        """Bytes of blocks freed on a stream and waiting for it."""
         return self._pending_bytes
 
     # ---- out of memory ------------------------------------------------------------
@@ -884,7 +904,7 @@ cdef class Device:
             if events & cause and cause not in self._warned:
                 self._warned.add(cause)
                 warnings.warn(f"device {self.device_id}: {_CAUSE_TEXT[cause]}",
-                              PrecautionWarning, stacklevel=3)
+                              PrecautionWarning, stacklevel=1)  # the caller's line: no Python frame between
 
     def _bad_pointer(self, uint64_t ptr, int kind, str call, unsigned mask):
         if kind < 0:
@@ -1159,9 +1179,12 @@ cdef class Device:
         return blocks
 
     def precautions(self):
+        """The CANN memory precautions of this product and mode, as sentences."""
         return _profiles.precautions(self.profile, self.mode)
 
     def check(self):
+        """Walks every pool's invariants, the chunk accounting and the page
+        budget; raises CorruptionError naming a broken one."""
         cdef char msg[MSG_LEN]
         cdef ascm_pool *p
         cdef ascm_stats s
