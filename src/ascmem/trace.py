@@ -11,6 +11,7 @@ that is actually holding requested bytes at the worst moment (1.0 is the limit).
 
 import csv
 import dataclasses
+from typing import Any
 import gzip
 import importlib.resources
 import io
@@ -216,14 +217,14 @@ class Recorder:
               "malloc_host": "host"}
     _FREE = ("free", "dvpp_free", "free_host")
 
-    def __init__(self, target):
+    def __init__(self, target: Any) -> None:
         self._target = target
         self._events = []
         self._live = {}  # pointer -> its allocation event
         self._next = 0
         self._kinded = hasattr(target, "kind_of")
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         attr = getattr(self._target, name)
         if name in self._ALLOC:
             def alloc(size, *args, **kw):
@@ -244,10 +245,12 @@ class Recorder:
             return free
         return attr
 
-    def trace(self):
+    def trace(self) -> "Trace":
+        """What was recorded so far."""
         return Trace(self._events, name="recorded")
 
-    def save(self, path):
+    def save(self, path: "str | os.PathLike[str]") -> None:
+        """Writes what was recorded so far (gzip when the name ends in .gz)."""
         save(self.trace(), path)
 
 
