@@ -130,3 +130,26 @@ def test_signatures_docstrings_and_warnings_point_at_the_caller():
             except ascmem.OutOfMemoryError:
                 break
     assert got and got[0].filename == __file__
+
+
+def test_sizes_take_units_and_a_trace_comes_from_stdin(tmp_path):
+    r = run("replay", "--example", "batch_inference", "--allocator", "pool",
+            "--capacity", "400MiB", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["failures"] == 0
+    r = run("fit", "--example", "video_pipeline", "--allocator", "pool", "--resolution", "256KiB")
+    assert r.returncode == 0 and "256 KiB" in r.stdout
+    r = run("replay", "--example", "video_pipeline", "--allocator", "pool", "--capacity", "12 parsecs")
+    assert r.returncode == 2 and "not a size" in r.stderr
+    text = "op,id,size\na,1,5000\nf,1,\n"
+    r = subprocess.run([sys.executable, "-m", "ascmem", "replay", "-", "--json"], input=text,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["peak_live"] == 5000
+
+
+def test_flags_that_do_nothing_are_usage_errors():
+    r = run("replay", "--example", "video_pipeline", "--capacity", "1GiB")  # device target
+    assert r.returncode == 2 and "--capacity" in r.stderr
+    r = run("info", "--model", "atlas-training", "--mode", "RC")  # no RC on training products
+    assert r.returncode == 2 and "no RC mode" in r.stderr

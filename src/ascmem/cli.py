@@ -6,7 +6,9 @@ malformed trace).
 """
 
 import argparse
+import io
 import json
+import re
 import sys
 
 EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas-training",
@@ -38,8 +40,25 @@ def _load(args):
             raise _Usage("give a trace file or --example, not both")
         return _example(args.example)
     if not args.trace:
-        raise _Usage("give a trace file or --example NAME")
+        raise _Usage("give a trace file, - for standard input, or --example NAME")
+    if args.trace == "-":
+        data = io.BytesIO(sys.stdin.buffer.read())
+        data.name = "<stdin>"
+        return trace.load(data)
     return trace.load(args.trace)
+
+
+def _check_mode(model, mode):
+    """A mode the product does not have is a usage error (exit 2)."""
+    from ascmem import profiles
+    if mode is None:
+        return
+    try:
+        prof = profiles.get(model)
+    except Exception:
+        return  # the device's own error names the known products
+    if str(mode).upper() not in prof.modes:
+        raise _Usage(f"{prof.title} has no {str(mode).upper()} mode (it has: {', '.join(prof.modes)})")
 
 
 def _table(rows, header):
@@ -63,6 +82,7 @@ def cmd_info(args):
         print(_table(rows, ("model", "product", "aliases")))
         return 0
     prof = profiles.get(args.model)
+    _check_mode(prof.name, args.mode)
     dev = ascmem.Device(prof.name, mode=args.mode)
     b = dev.budget()
     print(f"{prof.title}  [{prof.name}; aliases: {', '.join(prof.aliases) or '-'}]")
@@ -117,10 +137,17 @@ def cmd_replay(args):
     if want_curve and progress is None:
         progress = (lambda i, n: None)
     if args.allocator == "device":
+        if args.capacity:
+            raise _Usage("--capacity sizes a pool, buddy or tlsf arena; the device's memory comes "
+                         "from --model (and --mode)")
+        _check_mode(model, args.mode)
         target = ascmem.Device(model, mode=args.mode)
         where = f"{target.profile.name} {target.mode} (sim backend)"
     else:
-        cap = args.capacity or max(4 * t.peak_live(), 1 << 20) // (1 << 20) * (1 << 20)
+        # pools take whole 4 KiB units: a capacity in any unit is rounded down to them
+        cap = (args.capacity or max(4 * t.peak_live(), 1 << 20) // (1 << 20) * (1 << 20)) // 4096 * 4096
+        if not cap:
+            raise _Usage("--capacity must be at least 4 KiB")
         target = tr.make_allocator(args.allocator, cap)
         where = f"{args.allocator} of {_mib(cap)}"
     import warnings
@@ -232,7 +259,7 @@ def build_parser():
     s.add_argument("--allocator", default="device",
                    choices=["device", "pool", "buddy", "tlsf", "bestfit"],
                    help="what to replay through (default: %(default)s)")
-    s.add_argument("--capacity", type=int, help="bytes, for --allocator pool/buddy/tlsf "
+    s.add_argument("--capacity", type=_positive_int, help="bytes (units allowed: 300MiB), for --allocator pool/buddy/tlsf "
                    "(default: 4 x peak live)")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--plot", metavar="FILE.png", help="write live bytes per kind over time")
@@ -262,13 +289,25 @@ def build_parser():
     return p
 
 
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
 def _positive_int(text):
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    """A positive number of bytes: 65536, 0x10000, 300MiB, 1.5 GiB, 2GB (KiB,
+    MiB... and K, M... are powers of 1024; kB, MB... powers of 1000)."""
+    m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?|0[xX][0-9a-fA-F_]+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size (bytes, or with a unit: KiB, MiB, GiB, TiB, kB, MB, GB, TB)")
+    number = m.group(1)
+    value = int(number, 16) if number[:2].lower() == "0x" else float(number) if "." in number \
+        else int(number)
+    value = int(value * _UNITS[unit])
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {value}")
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {text!r}")
     return value
 
 
