@@ -259,7 +259,6 @@ void ascm_device_leave(ascm_device *d);
 void ascm_device_quiesce(ascm_device *d);
 void ascm_device_reopen(ascm_device *d);
 int ascm_device_close(ascm_device *d);
-int ascm_device_is_closed(const ascm_device *d);
 /* Yields until a reset in progress is over; ASCM_ERR_CLOSED if closed. */
 int ascm_device_wait_open(ascm_device *d);
 void ascm_device_budget(ascm_device *d, ascm_budget *out);

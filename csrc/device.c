@@ -118,10 +118,6 @@ void ascm_device_reopen(ascm_device *d) {
     if (!atomic_load(&d->closed)) atomic_fetch_sub(&d->shut, 1);
 }
 
-int ascm_device_is_closed(const ascm_device *d) {
-    return atomic_load((_Atomic int *)&d->closed);
-}
-
 /* Waits, without spinning hard, until a reset in progress has reopened the
  * gate; returns ASCM_ERR_CLOSED if the device is closed for good. */
 int ascm_device_wait_open(ascm_device *d) {

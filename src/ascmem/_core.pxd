@@ -111,7 +111,6 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_quiesce(ascm_device *d)
     void ascm_device_reopen(ascm_device *d)
     int ascm_device_close(ascm_device *d)
-    int ascm_device_is_closed(const ascm_device *d)
     int ascm_device_wait_open(ascm_device *d)
     ctypedef uint64_t (*ascm_release_fn)(void *ctx) noexcept
     void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx)
@@ -212,7 +211,6 @@ cdef class Device:
     cdef _forget_blocks(self)
     cdef uint64_t _guarded(self, uint64_t addr, uint64_t size) except? 0
     cdef _check_guard(self, uint64_t addr)
-    cdef _trim_all(self)
     cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0
     cdef _events(self, int events)
     cdef _bases(self, uint64_t *out)

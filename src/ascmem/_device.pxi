@@ -476,21 +476,13 @@ cdef class Device:
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""
-        cdef uint64_t addr = 0
-        cdef int kind = -1, events = 0
-        cdef int st = _alloc_first_try(self, size, 0, ASCM_SIZE_DVPP, stream, &addr, &kind, &events)
-        if st == ASCM_OK and not events:
-            return addr
-        return self._alloc_rest(size, 0, ASCM_SIZE_DVPP, stream, "dvpp_malloc", st, addr, kind, events)
+        # a few calls per frame: the general path (it makes the one try), not
+        # the inline first try of malloc, which runs per tensor
+        return self._alloc_rest(size, 0, ASCM_SIZE_DVPP, stream, "dvpp_malloc", -1, 0, -1, 0)
 
     def malloc_host(self, size):
         """aclrtMallocHost: host memory at a 64-byte boundary."""
-        cdef uint64_t addr = 0
-        cdef int kind = -1, events = 0
-        cdef int st = _alloc_first_try(self, size, 0, ASCM_SIZE_HOST, None, &addr, &kind, &events)
-        if st == ASCM_OK and not events:
-            return addr
-        return self._alloc_rest(size, 0, ASCM_SIZE_HOST, None, "malloc_host", st, addr, kind, events)
+        return self._alloc_rest(size, 0, ASCM_SIZE_HOST, None, "malloc_host", -1, 0, -1, 0)
 
     def free(self, ptr, stream=None):
         """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
@@ -507,11 +499,10 @@ cdef class Device:
 
     cdef object _alloc_rest(self, object size, object policy, int mode, object stream, str call,
                             int st, uint64_t addr, int kind, int events):
-        """The rest of an allocation after _alloc_first_try: st is the status
-        of the first try of the whole size (-1: not tried: a stream or debug
-        mode).  Same-stream reuse,
-        then the C device, then the slow path (retries, out-of-memory error);
-        guard bytes in debug mode."""
+        """An allocation after _alloc_first_try, or the whole of one: st is
+        the status of the first try of the whole size (-1: not tried yet).
+        Same-stream reuse, then the C device, then the slow path (retries,
+        out-of-memory error); guard bytes in debug mode."""
         cdef uint64_t want, n = as_u64(size, "size")
         cdef uint32_t pol = _policy(policy)
         if st == -1:
@@ -786,7 +777,7 @@ cdef class Device:
             st = ascm_device_try_malloc_held(self._d, size, policy, mode, &addr, &kind, &events)
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
             self.process_events()
-            self._trim_all()
+            ascm_device_trim(self._d)
             st = ascm_device_try_malloc_held(self._d, size, policy, mode, &addr, &kind, &events)
             if st != ASCM_OK and self._oom_callback is not None:
                 info = self._oom_info(size, kind)
@@ -800,9 +791,6 @@ cdef class Device:
         if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
             ascm_device_count_failure(self._d, kind)
         self._failed(st, size, policy_obj, kind, events, call)
-
-    cdef _trim_all(self):
-        return ascm_device_trim(self._d)
 
     def _oom_info(self, size, int kind):
         cdef ascm_stats s
@@ -1090,7 +1078,7 @@ cdef class Device:
         resident host pages given back."""
         cdef ascm_pool *p
         self._require_open("empty_cache")
-        released = self._trim_all()
+        released = ascm_device_trim(self._d)
         for k in range(ASCM_KINDS):
             with self._grow_lock:
                 released += self._release_empty(k)  # whole chunks back to the upstream
