@@ -105,6 +105,7 @@ int ascm_pool_free(ascm_pool *p, uint64_t addr);
 int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size);
 int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size);
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st);
+uint64_t ascm_pool_used(ascm_pool *p); /* bytes in live blocks: stats' `used`, cheaply */
 void ascm_pool_reset(ascm_pool *p);
 /* Gives the empty slabs kept as spares back to the large-block path (and
  * their pages to the budget); returns the bytes released. */
@@ -139,6 +140,26 @@ int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *d
 /* Kinds, as ascmem.MemKind. */
 enum { ASCM_KIND_HUGE = 0, ASCM_KIND_NORMAL = 1, ASCM_KIND_DVPP = 2, ASCM_KIND_HOST = 3,
        ASCM_KIND_HUGE1G = 4, ASCM_KINDS = 5 };
+
+/* The free calls, each of which frees some kinds only. */
+enum { ASCM_FREE_DEVICE = 0, /* aclrtFree: memory of aclrtMalloc / aclrtMallocAlign32 */
+       ASCM_FREE_DVPP = 1,   /* acldvppFree */
+       ASCM_FREE_HOST = 2 }; /* aclrtFreeHost */
+
+/* What each kind is: the one table the device, the pluggable functions and
+ * the Python layer read (kinds.c). */
+typedef struct ascm_kind_info {
+    const char *name;   /* as ascmem.MemKind, lower case */
+    uint64_t page_size; /* the physical page the memory comes in */
+    int huge;           /* charged to the device budget as huge pages */
+    int device;         /* device memory (not host memory: no budget charge) */
+    int freed_by;       /* ASCM_FREE_* */
+} ascm_kind_info;
+
+/* NULL when kind is not one of ASCM_KIND_*. */
+const ascm_kind_info *ascm_kind(int kind);
+/* Bit k set for each kind that free call `call` (ASCM_FREE_*) frees. */
+unsigned ascm_kind_mask(int call);
 
 /* How a request is sized and aligned (CANN API reference: aclrtMalloc,
  * aclrtMallocAlign32, acldvppMalloc, aclrtMallocHost). */

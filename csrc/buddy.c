@@ -5,8 +5,9 @@
  *     free.  These are the free lists, kept in address order, so allocation
  *     takes the lowest free block and O(log n) holds for find, split and merge.
  *     Two bits per unit over all orders.
- *   - a hash of live allocations (first unit -> units, requested bytes), whose
- *     size follows the number of live blocks, not the range.
+ *   - the live blocks: the address map (addrmap.c, the pool's too) from first
+ *     unit to an index into a record array of (units, requested bytes); both
+ *     follow the number of live blocks, not the range.
  *
  * Exact-size allocations: n units take a block of order ceil(log2 n), keep
  * the first n units and free the tail at once as smaller buddies, as Linux's
@@ -18,13 +19,20 @@
 
 #include <stdlib.h>
 
+typedef struct live_block {
+    uint64_t units;     /* 0: a recycled record */
+    uint64_t requested; /* a recycled record: the next recycled index */
+} live_block;
+
 struct ascm_buddy {
     uint64_t base, size, min_block, nunits;
     unsigned shift;
     int max_order;
     uint64_t nonempty; /* bit k: order k has a free block */
     ascm_hbm free_map[64];
-    ascm_live_table live;
+    ascm_addrmap live;  /* first unit -> index of its record (1..) */
+    live_block *records;
+    uint32_t records_cap, records_used, recycled; /* records[0] unused */
     uint64_t used_units, requested, peak_used, peak_requested;
     uint64_t alloc_count, free_count, failed_count;
 };
@@ -68,9 +76,37 @@ static void free_block(ascm_buddy *b, uint64_t unit, int order) {
     mark_free(b, unit, order);
 }
 
+/* A record for one more live block, from the recycled ones first; 0 if the
+ * host is out of memory. */
+static uint32_t record_new(ascm_buddy *b) {
+    uint32_t i = b->recycled;
+    if (i) {
+        b->recycled = (uint32_t)b->records[i].requested;
+        return i;
+    }
+    if (b->records_used == b->records_cap) {
+        uint64_t cap = b->records_cap ? (uint64_t)b->records_cap * 2 : 64;
+        if (cap > UINT32_MAX) return 0;
+        live_block *grown = realloc(b->records, cap * sizeof *grown);
+        if (!grown) return 0;
+        b->records = grown;
+        b->records_cap = (uint32_t)cap;
+        if (b->records_used == 0) b->records_used = 1; /* index 0 = none */
+    }
+    return b->records_used++;
+}
+
+static void record_recycle(ascm_buddy *b, uint32_t i) {
+    b->records[i].units = 0;
+    b->records[i].requested = b->recycled;
+    b->recycled = i;
+}
+
 static void init_state(ascm_buddy *b) {
     for (int o = 0; o <= b->max_order; o++) ascm_hbm_clear_all(&b->free_map[o]);
-    ascm_live_clear(&b->live);
+    ascm_map_clear(&b->live);
+    b->records_used = b->records_cap ? 1 : 0;
+    b->recycled = 0;
     b->nonempty = 0;
     free_span(b, 0, b->nunits);
     b->used_units = b->requested = b->peak_used = b->peak_requested = 0;
@@ -80,14 +116,15 @@ static void init_state(ascm_buddy *b) {
 void ascm_buddy_destroy(ascm_buddy *b) {
     if (!b) return;
     for (int o = 0; o < 64; o++) ascm_hbm_destroy(&b->free_map[o]);
-    ascm_live_destroy(&b->live);
+    ascm_map_destroy(&b->live);
+    free(b->records);
     free(b);
 }
 
 int ascm_buddy_create(uint64_t base, uint64_t size, uint64_t min_block, ascm_buddy **out) {
     *out = NULL;
     if (!ascm_is_pow2(min_block) || size == 0 || size % min_block || base % min_block ||
-        base + size < base)
+        base + size < base || size / min_block >= (1ull << 32) - 1) /* map keys are 32-bit */
         return ASCM_ERR_INVAL;
     ascm_buddy *b = calloc(1, sizeof *b);
     if (!b) return ASCM_ERR_HOSTMEM;
@@ -97,7 +134,7 @@ int ascm_buddy_create(uint64_t base, uint64_t size, uint64_t min_block, ascm_bud
     b->shift = ascm_log2_floor(min_block);
     b->nunits = size >> b->shift;
     b->max_order = (int)ascm_log2_floor(b->nunits);
-    int st = ascm_live_init(&b->live);
+    int st = ascm_map_init(&b->live);
     for (int o = 0; st == ASCM_OK && o <= b->max_order; o++)
         st = ascm_hbm_init(&b->free_map[o], b->nunits >> o);
     if (st != ASCM_OK) {
@@ -125,7 +162,8 @@ int ascm_buddy_alloc(ascm_buddy *b, uint64_t size, uint64_t align, uint64_t *add
         b->failed_count++;
         return ASCM_ERR_NOMEM;
     }
-    if (ascm_live_reserve(&b->live) != ASCM_OK) return ASCM_ERR_HOSTMEM;
+    uint32_t rec = ascm_map_reserve(&b->live, 1) == ASCM_OK ? record_new(b) : 0;
+    if (!rec) return ASCM_ERR_HOSTMEM;
     int j = (int)ascm_ctz64(candidates);
     uint64_t unit = ascm_hbm_first(&b->free_map[j]) << j;
     unmark_free(b, unit, j);
@@ -134,7 +172,8 @@ int ascm_buddy_alloc(ascm_buddy *b, uint64_t size, uint64_t align, uint64_t *add
         mark_free(b, unit + (1ull << j), j);
     }
     free_span(b, unit + n, unit + (1ull << k)); /* exact size: the tail goes back */
-    ascm_live_put(&b->live, unit, n, size);      /* cannot fail: room reserved above */
+    b->records[rec] = (live_block){n, size};
+    ascm_map_put(&b->live, (uint32_t)unit, rec); /* cannot fail: room reserved above */
     b->used_units += n;
     b->requested += size;
     if (b->used_units > b->peak_used) b->peak_used = b->used_units;
@@ -144,21 +183,29 @@ int ascm_buddy_alloc(ascm_buddy *b, uint64_t size, uint64_t align, uint64_t *add
     return ASCM_OK;
 }
 
-static ascm_live_entry *lookup(const ascm_buddy *b, uint64_t addr) {
-    if (addr < b->base || addr - b->base >= b->size) return NULL;
+/* The first unit of the live block at addr, or -1. */
+static int64_t unit_of(const ascm_buddy *b, uint64_t addr) {
+    if (addr < b->base || addr - b->base >= b->size) return -1;
     uint64_t off = addr - b->base;
-    if (off & (b->min_block - 1)) return NULL;
-    return ascm_live_find(&b->live, off >> b->shift);
+    if (off & (b->min_block - 1)) return -1;
+    return (int64_t)(off >> b->shift);
+}
+
+static const live_block *lookup(const ascm_buddy *b, uint64_t addr) {
+    int64_t unit = unit_of(b, addr);
+    uint32_t rec = unit < 0 ? 0 : ascm_map_get(&b->live, (uint32_t)unit);
+    return rec ? &b->records[rec] : NULL;
 }
 
 int ascm_buddy_free(ascm_buddy *b, uint64_t addr) {
-    ascm_live_entry *e = lookup(b, addr);
-    if (!e) return ASCM_ERR_BADFREE;
-    uint64_t unit = e->key - 1, n = e->units;
+    int64_t first = unit_of(b, addr);
+    uint32_t rec = first < 0 ? 0 : ascm_map_take(&b->live, (uint32_t)first);
+    if (!rec) return ASCM_ERR_BADFREE;
+    uint64_t unit = (uint64_t)first, n = b->records[rec].units;
     b->used_units -= n;
-    b->requested -= e->requested;
+    b->requested -= b->records[rec].requested;
     b->free_count++;
-    ascm_live_remove(&b->live, e);
+    record_recycle(b, rec);
     while (n) { /* the pieces, largest first */
         int o = (int)ascm_log2_floor(n);
         free_block(b, unit, o);
@@ -169,14 +216,14 @@ int ascm_buddy_free(ascm_buddy *b, uint64_t addr) {
 }
 
 int ascm_buddy_usable_size(const ascm_buddy *b, uint64_t addr, uint64_t *size) {
-    const ascm_live_entry *e = lookup(b, addr);
+    const live_block *e = lookup(b, addr);
     if (!e) return ASCM_ERR_BADFREE;
     *size = e->units << b->shift;
     return ASCM_OK;
 }
 
 int ascm_buddy_requested_size(const ascm_buddy *b, uint64_t addr, uint64_t *size) {
-    const ascm_live_entry *e = lookup(b, addr);
+    const live_block *e = lookup(b, addr);
     if (!e) return ASCM_ERR_BADFREE;
     *size = e->requested;
     return ASCM_OK;
@@ -197,7 +244,7 @@ void ascm_buddy_stats(const ascm_buddy *b, ascm_stats *st) {
     st->failed_count = b->failed_count;
     st->page_size = b->min_block;
     st->pages_in_use = b->used_units;
-    uint64_t meta = sizeof *b + ascm_live_bytes(&b->live);
+    uint64_t meta = sizeof *b + ascm_map_bytes(&b->live) + (uint64_t)b->records_cap * sizeof *b->records;
     for (int o = 0; o <= b->max_order; o++) meta += ascm_hbm_bytes(&b->free_map[o]);
     st->metadata_bytes = meta;
 }
@@ -219,9 +266,15 @@ int ascm_buddy_check(const ascm_buddy *b, char *msg, size_t msglen) {
     uint64_t used = 0, requested = 0, live = 0;
     st = ASCM_OK;
     for (uint64_t i = 0; i <= b->live.mask && st == ASCM_OK; i++) {
-        const ascm_live_entry *e = &b->live.slots[i];
-        if (!e->key) continue;
-        uint64_t unit = e->key - 1;
+        const ascm_map_entry *m = &b->live.slots[i];
+        if (!m->key) continue;
+        uint64_t unit = m->key - 1;
+        if (m->value >= b->records_used || !b->records[m->value].units) {
+            st = ascm_fail(msg, msglen, "live block at unit %llu has no record",
+                           (unsigned long long)unit);
+            break;
+        }
+        const live_block *e = &b->records[m->value];
         live++;
         used += e->units;
         requested += e->requested;

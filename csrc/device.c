@@ -135,7 +135,11 @@ static void gate_in_child(ascm_fork_node *n) {
     atomic_store(&d->shut, atomic_load(&d->closed) ? 1u : 0u);
 }
 
-static const uint64_t kind_page[ASCM_KINDS] = {2 * MIB, 0, 2 * MIB, 0, 1024 * MIB};
+/* The pool's page: the kind's, or the unit when that is larger. */
+static uint64_t page_of(const ascm_device *d, int kind) {
+    uint64_t page = ascm_kind(kind)->page_size;
+    return page > d->min_block ? page : d->min_block;
+}
 
 static inline chunk_table *table_of(const ascm_device *d, int kind) {
     return atomic_load_explicit((_Atomic(chunk_table *) *)&d->table[kind], memory_order_acquire);
@@ -173,8 +177,8 @@ static int charge(void *vctx, int64_t delta) {
 
 static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out) {
     ascm_pool_config pc = {.base = base, .size = size, .min_block = d->min_block,
-                           .page_size = kind_page[k] ? kind_page[k] : d->min_block};
-    if (k != ASCM_KIND_HOST) { /* host memory is not device memory */
+                           .page_size = page_of(d, k)};
+    if (ascm_kind(k)->device) { /* host memory is not charged to the device */
         pc.charge = charge;
         pc.charge_ctx = &d->ctx[k];
     }
@@ -233,7 +237,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
         d->size[k] = cfg->size[k];
         d->growable[k] = cfg->growable[k] != 0;
         d->ctx[k].dev = d;
-        d->ctx[k].huge = k == ASCM_KIND_HUGE || k == ASCM_KIND_DVPP || k == ASCM_KIND_HUGE1G;
+        d->ctx[k].huge = ascm_kind(k)->huge;
     }
     int st = make_pools(d);
     if (st != ASCM_OK) {
@@ -372,16 +376,13 @@ int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int 
     return route(d, size, policy, mode, r);
 }
 
-/* The media window past 90%: bytes in use over the kind's chunks, each read
- * under its pool's lock (no full statistics on the allocation path). */
+/* The media window past 90%: bytes in use over the kind's chunks (no full
+ * statistics on the allocation path). */
 static int media_over_90(ascm_device *d) {
     chunk_table *t = table_of(d, ASCM_KIND_DVPP);
     uint64_t used = 0, capacity = 0;
     for (uint32_t i = 0; t && i < t->n; i++) {
-        ascm_pool *p = t->c[i].pool;
-        ascm_pool_lock(p);
-        used += p->used;
-        ascm_pool_unlock(p);
+        used += ascm_pool_used(t->c[i].pool);
         capacity += t->c[i].size;
     }
     return used * 10 > capacity * 9;
@@ -666,7 +667,7 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
     /* one chunk: exact; several: the sum of their peaks, an upper bound */
     out->peak_used = peak_used > r->peak_used ? peak_used : r->peak_used;
     out->peak_requested = peak_requested > r->peak_requested ? peak_requested : r->peak_requested;
-    if (!out->page_size) out->page_size = kind_page[kind] ? kind_page[kind] : d->min_block;
+    if (!out->page_size) out->page_size = page_of(d, kind);
 }
 
 void ascm_device_budget(ascm_device *d, ascm_budget *out) {

@@ -112,32 +112,8 @@ static inline uint64_t ascm_hbm_first(const ascm_hbm *h) {
     return i;
 }
 
-/* ---- live table: first unit -> (units, requested bytes) of live blocks ----
- * An open-addressing hash with linear probing and backward-shift deletion, so
- * its memory follows the number of live blocks rather than the range size. */
-
-typedef struct ascm_live_entry {
-    uint64_t key;       /* first unit + 1; 0 = empty slot */
-    uint64_t units;
-    uint64_t requested;
-} ascm_live_entry;
-
-typedef struct ascm_live_table {
-    ascm_live_entry *slots;
-    uint64_t mask, count;
-} ascm_live_table;
-
-int ascm_live_init(ascm_live_table *t);
-void ascm_live_destroy(ascm_live_table *t);
-void ascm_live_clear(ascm_live_table *t);
-/* Makes room for one more entry, so that the next put cannot fail. */
-int ascm_live_reserve(ascm_live_table *t);
-int ascm_live_put(ascm_live_table *t, uint64_t unit, uint64_t units, uint64_t requested);
-ascm_live_entry *ascm_live_find(const ascm_live_table *t, uint64_t unit);
-void ascm_live_remove(ascm_live_table *t, ascm_live_entry *e);
-uint64_t ascm_live_bytes(const ascm_live_table *t);
-
-/* ---- address map: 32-bit key -> non-zero 32-bit value (addrmap.c) ------- */
+/* ---- address map: 32-bit key -> non-zero 32-bit value (addrmap.c) -------
+ * The pool's blocks and slabs and the buddy's live blocks. */
 
 typedef struct ascm_map_entry {
     uint32_t key;   /* key + 1; 0 = empty slot */
@@ -269,6 +245,18 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
 
 /* ---- pool --------------------------------------------------------------- */
 
+/* Where slabs get their storage: the pool lends them large blocks through
+ * this interface (set up by ascm_pool_create), so that slab.c never calls
+ * into pool.c.  take: a block of bytes at an align boundary, charged, as its
+ * node and byte offset; give: back to the large-block path; lent: whether
+ * node is a block lent at off (for check). */
+typedef struct ascm_block_source {
+    int (*take)(void *ctx, uint64_t bytes, uint64_t align, uint32_t *node, uint64_t *off);
+    void (*give)(void *ctx, uint32_t node);
+    int (*lent)(const void *ctx, uint32_t node, uint64_t off);
+    void *ctx;
+} ascm_block_source;
+
 struct ascm_pool {
     ascm_lock lock;
     ascm_fork_node fork;  /* locked pools are registered for fork() (forksafe.c) */
@@ -285,6 +273,7 @@ struct ascm_pool {
     void *charge_ctx;
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
+    ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused */
     uint64_t hot_off, hot_len; /* the slab of the last slab free, [off, off + len): */
@@ -302,11 +291,6 @@ static inline void ascm_pool_lock(ascm_pool *p) {
 static inline void ascm_pool_unlock(ascm_pool *p) {
     if (!p->single_threaded) ascm_lock_release(&p->lock);
 }
-
-/* Large blocks, used by the pool itself and by slabs for their storage. */
-int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
-                         int high, uint32_t *node);
-void ascm_pool_give_block(ascm_pool *p, uint32_t node);
 
 void ascm_slab_init_classes(ascm_pool *p);
 /* Slow paths of the inline slab functions below. */

@@ -21,11 +21,14 @@
  * a torch_npu build has.  The snapshot hook returns std::vector members and
  * needs C++ built against the user's torch_npu; it is not exported.
  */
-#include "internal.h"
+#include "ascmem.h" /* the public API only: the device is reached through its functions */
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -120,9 +123,8 @@ EXPORT void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *str
     ascm_device *d = ptr ? get(device) : NULL;
     int kind;
     if (!d) return;
-    if (ascm_device_free(d, (uint64_t)(uintptr_t)ptr,
-                         (1u << ASCM_KIND_HUGE) | (1u << ASCM_KIND_NORMAL) | (1u << ASCM_KIND_HUGE1G),
-                         &kind) == ASCM_OK && size > 0)
+    if (ascm_device_free(d, (uint64_t)(uintptr_t)ptr, ascm_kind_mask(ASCM_FREE_DEVICE), &kind) ==
+            ASCM_OK && size > 0)
         count_requested(device, kind, -(int64_t)size);
     put(device, d);
 }
@@ -229,10 +231,8 @@ static void fill_common(npu_device_stats *out, int device) {
     ascm_device *d = get(device);
     out->max_split_size = INT64_MAX; /* every block may be split */
     if (!d) return;
-    static const int kinds[] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL, ASCM_KIND_HUGE1G};
-    for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        int k = kinds[i];
-        if (!ascm_device_has_kind(d, k)) continue;
+    for (int k = 0; k < ASCM_KINDS; k++) { /* the kinds torch's allocator frees: aclrtFree's */
+        if (ascm_kind(k)->freed_by != ASCM_FREE_DEVICE || !ascm_device_has_kind(d, k)) continue;
         ascm_stats s;
         ascm_device_kind_stats(d, k, &s);
         for (int t = 0; t < STAT_TYPES; t++) {
@@ -300,13 +300,12 @@ EXPORT int ascmem_pluggable_walk(int device, ascmem_segment_fn segment, ascmem_w
                                  void *ctx) {
     ascm_device *d = get(device);
     if (!d) return ASCM_ERR_INVAL;
-    static const int kinds[] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL, ASCM_KIND_HUGE1G};
-    for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        for (int c = 0; c < ascm_device_chunk_count(d, kinds[i]); c++) {
+    for (int k = 0; k < ASCM_KINDS; k++)
+        for (int c = 0; ascm_kind(k)->freed_by == ASCM_FREE_DEVICE && c < ascm_device_chunk_count(d, k); c++) {
             uint64_t base, size;
-            ascm_pool *p = ascm_device_chunk(d, kinds[i], c, &base, &size);
+            ascm_pool *p = ascm_device_chunk(d, k, c, &base, &size);
             if (!p) continue;
-            segment(ctx, kinds[i], base, size);
+            segment(ctx, k, base, size);
             walk_ctx w = {block, ctx, 1};
             ascm_pool_walk(p, walk_one, &w);
             w.allocated = 0;

@@ -81,8 +81,8 @@ static inline void flush_last_freed(ascm_pool *p) {
 
 /* Takes a block of the large-block path and charges its pages; the caller
  * registers it (blocks map for a large block, slabmap for a slab). */
-int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
-                         int high, uint32_t *node) {
+static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
+                      int high, uint32_t *node) {
     flush_last_freed(p);
     int st = ascm_fit_take(&p->fit, units_for(p, bytes), align_units_for(p, align), high, node);
     if (st != ASCM_OK) return st;
@@ -95,9 +95,29 @@ int ascm_pool_take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t 
     return ASCM_OK;
 }
 
-void ascm_pool_give_block(ascm_pool *p, uint32_t node) {
+static void give_block(ascm_pool *p, uint32_t node) {
     discharge_block(p, &p->fit.nodes[node]);
     ascm_fit_give(&p->fit, node);
+}
+
+/* The block source slabs take their storage from (internal.h): blocks from
+ * the high end of large free regions, so that slabs gather away from the
+ * large blocks, marked as slab storage for the walks. */
+static int lend_to_slab(void *ctx, uint64_t bytes, uint64_t align, uint32_t *node, uint64_t *off) {
+    ascm_pool *p = ctx;
+    int st = take_block(p, bytes, align, 0, 1, node);
+    if (st != ASCM_OK) return st;
+    p->fit.nodes[*node].is_slab = 1;
+    *off = (uint64_t)p->fit.nodes[*node].off << p->gshift;
+    return ASCM_OK;
+}
+
+static void return_from_slab(void *ctx, uint32_t node) { give_block(ctx, node); }
+
+static int lent_to_slab(const void *ctx, uint32_t node, uint64_t off) {
+    const ascm_pool *p = ctx;
+    const ascm_fit_node *n = &p->fit.nodes[node];
+    return ((uint64_t)n->off << p->gshift) == off && !n->is_free && n->is_slab;
 }
 
 /* The kept block, if it is exactly what a large request of size and align
@@ -148,6 +168,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
         ascm_pool_destroy(p);
         return ASCM_ERR_HOSTMEM;
     }
+    p->slab_storage = (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
     ascm_slab_init_classes(p);
     if (!p->single_threaded) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
     *out = p;
@@ -195,9 +216,9 @@ static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint
     }
     if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     uint32_t node = reuse_last_freed(p, size, align);
-    st = node ? ASCM_OK : ascm_pool_take_block(p, size, align, size, 0, &node);
+    st = node ? ASCM_OK : take_block(p, size, align, size, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
-        st = ascm_pool_take_block(p, size, align, size, 0, &node);
+        st = take_block(p, size, align, size, 0, &node);
     if (st == ASCM_OK) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
         if (unmapped) *unmapped = node;
@@ -414,6 +435,13 @@ static uint64_t largest_with_spares(const ascm_pool *p) {
         if (run > best) best = run;
     }
     return best;
+}
+
+uint64_t ascm_pool_used(ascm_pool *p) {
+    ascm_pool_lock(p);
+    uint64_t used = p->used;
+    ascm_pool_unlock(p);
+    return used;
 }
 
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {

@@ -94,15 +94,14 @@ int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
     ascm_slab *s = malloc(sizeof *s + nwords * sizeof(uint64_t) + k->count * sizeof(uint16_t));
     if (!s) return ASCM_ERR_HOSTMEM;
     int st = ascm_map_reserve(&p->slabmap, (uint32_t)(k->slab_bytes >> p->sgshift));
-    if (st == ASCM_OK) st = ascm_pool_take_block(p, k->slab_bytes, 1ull << p->sgshift, 0, 1, &s->node);
+    const ascm_block_source *src = &p->slab_storage;
+    if (st == ASCM_OK) st = src->take(src->ctx, k->slab_bytes, 1ull << p->sgshift, &s->node, &s->off);
     uint32_t si = 0;
-    if (st == ASCM_OK && (st = slab_index_new(p, &si)) != ASCM_OK) ascm_pool_give_block(p, s->node);
+    if (st == ASCM_OK && (st = slab_index_new(p, &si)) != ASCM_OK) src->give(src->ctx, s->node);
     if (st != ASCM_OK) {
         free(s);
         return st;
     }
-    p->fit.nodes[s->node].is_slab = 1;
-    s->off = (uint64_t)p->fit.nodes[s->node].off << p->gshift;
     s->cls = (uint32_t)cls;
     s->count = s->nfree = k->count;
     s->hint = 0;
@@ -125,7 +124,7 @@ static void slab_release(ascm_pool *p, uint32_t si) {
     if (p->hot_slab == si) ascm_slab_remember(p, 0);
     ascm_slab_list_unlink(p, k, si);
     map_slab(p, s->off, k->slab_bytes, 0);
-    ascm_pool_give_block(p, s->node);
+    p->slab_storage.give(p->slab_storage.ctx, s->node);
     p->slab_bytes -= k->slab_bytes;
     free(s);
     /* recycled indices are chained through the pointer slots, tagged odd so
@@ -243,8 +242,7 @@ int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t
         if (s->cls >= ASCM_SLAB_CLASSES || s->count != p->classes[s->cls].count)
             FAIL(msg, msglen, "slab %u has a bad class", si);
         const ascm_slab_class *k = &p->classes[s->cls];
-        if (((uint64_t)p->fit.nodes[s->node].off << p->gshift) != s->off ||
-            p->fit.nodes[s->node].is_free || !p->fit.nodes[s->node].is_slab)
+        if (!p->slab_storage.lent(p->slab_storage.ctx, s->node, s->off))
             FAIL(msg, msglen, "slab %u is not owned by its block", si);
         for (uint64_t g = s->off >> p->sgshift; g < (s->off + k->slab_bytes) >> p->sgshift; g++)
             if (ascm_slab_at(p, g << p->sgshift) != si)
