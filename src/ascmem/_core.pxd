@@ -46,6 +46,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size)
     int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size)
     void ascm_pool_stats(ascm_pool *p, ascm_stats *st)
+    uint64_t ascm_pool_used(ascm_pool *p)
     void ascm_pool_reset(ascm_pool *p)
     uint64_t ascm_pool_trim(ascm_pool *p)
     int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen)
@@ -72,6 +73,15 @@ cdef extern from "ascmem.h" nogil:
         ASCM_EVENT_MEDIA_90
         ASCM_ERR_UNSUPPORTED
         ASCM_ERR_CLOSED
+        ASCM_FREE_DEVICE
+        ASCM_FREE_DVPP
+        ASCM_FREE_HOST
+    ctypedef struct ascm_kind_info:
+        const char *name
+        uint64_t page_size
+        int huge, device, freed_by
+    const ascm_kind_info *ascm_kind(int kind)
+    unsigned ascm_kind_mask(int call)
     ctypedef struct ascm_budget:
         uint64_t reserve, shared
         int huge_grows
@@ -162,58 +172,16 @@ cdef class Pool:
 
 
 cdef class Device:
+    # private to ascmem: the C device, and the Device's parts (_device.pxi)
     cdef ascm_device *_d
+    cdef object _parts
     cdef readonly object profile, mode, backend
     cdef readonly int device_id
-    cdef int _epoch
-    cdef uint64_t _sizes[5]
-    cdef set _warned
-    cdef readonly dict _counters
-    cdef bint _job_started, _closed
-    cdef uint64_t _reused_bytes, _reuse_count, _fixed_taken, _aicpu
-    # stream-ordered reuse: blocks freed on a stream wait for it (see _device.pxi)
-    cdef dict _pending          # stream -> list of pending entries
-    cdef dict _pending_by_addr  # address -> entry [addr, kind_mask, holders, seq, bytes]
-    cdef dict _recorded         # address -> set of extra streams (record_stream)
-    cdef uint64_t _pending_bytes, _seq
-    cdef object _oom_callback
-    cdef object _up             # the upstream (_upstream.pxi): owns the chunks
-    cdef uint64_t _real_base[5] # host, acl: each kind's first chunk
-    cdef dict _views            # address -> number of live buffer exports
-    cdef object _acl            # acl backend: the pyACL module (events)
-    # pools that grow from an upstream (host, acl): bytes taken / allowed per kind
-    cdef uint64_t _taken[5]
-    cdef uint64_t _max[5]
-    cdef object _upstream_error # the last upstream failure, for the OOM message
-    cdef object _grow_lock      # one growth at a time (the GIL is dropped inside pyACL)
-    cdef bint _debug            # ASCMEM_DEBUG=1 on the host backend: guard bytes
-    cdef dict _guards           # address -> requested size, in debug mode
     cdef object __weakref__
+    # C-level entry points, as Pool's: aclrtMalloc / aclrtFree without the GIL
+    # (thread-safe, gated against reset and close).  ascm_status results.
     cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil
     cdef int free_raw(self, uint64_t addr) noexcept nogil
-    cdef _failed(self, int st, uint64_t size, object policy, int kind, int events, str call)
-    cdef uint64_t _alloc_slow(self, int st, uint64_t size, uint32_t policy, int mode, int kind,
-                              int events, object policy_obj, str call) except? 0
-    cdef _free_slow(self, uint64_t addr, unsigned mask, object stream, str call)
-    cdef _release(self, list entries, object stream, uint64_t upto)
-    cdef _layout(self, ascm_device_config *cfg, memory, free_os_memory, aicpu_cache,
-                 host_memory, limit)
-    cdef _pool_sizes(self, object pool_sizes)
-    cdef _acl_sizes(self, uint64_t reserve, uint64_t app)
-    cdef _first_chunks(self, uint64_t *out)
-    cdef object _alloc_rest(self, object size, object policy, int mode, object stream, str call,
-                            int st, uint64_t addr, int kind, int events)
-    cdef _free_failed(self, int st, uint64_t a, unsigned mask, int kind, str call)
-    cdef int _wait_reset(self, str call) except -1
-    cdef int _free_when_open(self, uint64_t a, unsigned mask, int *kind, str call) except -1
-    cdef _require_open(self, str call)
-    cdef _drop_pending_events(self)
-    cdef _forget_blocks(self)
-    cdef uint64_t _guarded(self, uint64_t addr, uint64_t size) except? 0
-    cdef _check_guard(self, uint64_t addr)
-    cdef uint64_t _reuse(self, object stream, uint64_t n, uint32_t policy, int mode) except? 0
-    cdef _events(self, int events)
-    cdef _bases(self, uint64_t *out)
 
 
 cdef class BuddyAllocator:

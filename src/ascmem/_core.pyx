@@ -564,5 +564,9 @@ cdef class NoopPool:
     def free(self, addr):
         as_u64(addr, "address")
 include "_upstream.pxi"
+include "_growth.pxi"
+include "_streams.pxi"
+include "_views.pxi"
+include "_device_failures.pxi"
 include "_device.pxi"
 include "_capi.pxi"

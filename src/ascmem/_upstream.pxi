@@ -1,5 +1,13 @@
-# Upstreams: where a Device's chunks come from and where they go back (one
-# class per backend).  Included by _core.pyx.
+# Upstreams: where a Device's chunks come from and where they go back, and
+# the runtime's view of streams (one class per backend: sim, host, acl; the
+# role of RMM's upstream device_memory_resource).  Included by _core.pyx.
+#
+# The protocol: first_chunks (each kind's first chunk, all or nothing), take
+# and give (one chunk), retire (a chunk a reset let go), close; readable
+# (the host can touch the memory); record_event / event_done / destroy_event
+# / synchronize (a runtime's streams; without one, events are None and the
+# Device's own sequence numbers order frees).  Growth -- how much a kind has
+# taken, its maximum, when idle chunks go back -- is _Growth's (_growth.pxi).
 #
 # An upstream owns every chunk it handed out until it takes it back, and
 # gives them all back when it is closed or collected -- whatever happened to
@@ -27,6 +35,12 @@ _CHUNK_ALIGN = 2 << 20
 # oldest are let go past this many -- a pointer from within the last
 # thousand resets or so (four kinds each) is always refused.
 _QUARANTINE_MAX = 4096
+# Simulated address layout: devices 64 TiB apart, each reset moves the device's
+# ranges by 1 TiB (64 epochs before addresses repeat), kinds 128 GiB apart.
+cdef int _DEVICE_SHIFT = 46
+cdef int _EPOCH_SHIFT = 40
+cdef int _EPOCHS = 64
+cdef int _KIND_SHIFT = 37
 _OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge pages (advised)",
              ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
 
@@ -38,7 +52,8 @@ class UpstreamError(AscmemError):
 
 cdef class _Upstream:
     """The chunks a device holds, per kind, as (base, size) in the order taken.
-    The sim backend's upstream hands out nothing: its ranges are numbers.
+    This base class is the sim backend's upstream: it hands out no memory, only
+    address ranges, laid out by device id and reset epoch (_DEVICE_SHIFT...).
 
     Every field lives here, none in the subclasses: the base class's
     deallocation runs close(), which must still find them (Cython clears a
@@ -49,6 +64,8 @@ cdef class _Upstream:
     cdef readonly object acl     # acl: the pyACL module
     cdef readonly dict pages     # host: kind -> ASCM_OS_* of its first chunk
     cdef list _quarantine        # host: [(base, size)] retired, reserved, inaccessible
+    cdef uint64_t _device_id     # sim: which device's ranges
+    cdef uint64_t _epoch         # sim: first_chunks calls so far (resets + 1)
 
     def __cinit__(self, *args, **kwargs):
         self.held = [[] for _ in range(ASCM_KINDS)]
@@ -56,6 +73,17 @@ cdef class _Upstream:
         self.readable = False
         self.pages = {}
         self._quarantine = []
+
+    def first_chunks(self, sizes):
+        """Each kind's first chunk (size 0: none, base 0), all or nothing: if
+        one is refused, the ones taken here go back and the error is raised."""
+        return self._sim_ranges(sizes)
+
+    cdef list _sim_ranges(self, sizes):
+        cdef uint64_t top = ((self._device_id + 1) << _DEVICE_SHIFT) | \
+            ((self._epoch % _EPOCHS) << _EPOCH_SHIFT)
+        self._epoch += 1
+        return [top | (<uint64_t>k << _KIND_SHIFT) for k in range(ASCM_KINDS)]
 
     def take(self, int k, uint64_t size):
         """One chunk: its base.  Raises UpstreamError if refused."""
@@ -74,6 +102,25 @@ cdef class _Upstream:
     def drop_quarantine(self):
         return 0
 
+    def describe(self, e):
+        """Why a take failed, for messages."""
+        return str(e)
+
+    # streams: without a runtime there are no events (None) and nothing to wait for
+    def record_event(self, stream):
+        """An event recorded on stream now, or None."""
+        return None
+
+    def event_done(self, ev):
+        """The stream of ev has passed it."""
+        return False
+
+    def destroy_event(self, ev):
+        pass
+
+    def synchronize(self, stream):
+        """Waits for the work queued on stream; raises if the runtime fails."""
+
     def close(self):
         """Gives every chunk back; idempotent."""
         for k in range(ASCM_KINDS):
@@ -91,7 +138,24 @@ cdef class _Upstream:
             pass
 
 
-cdef class _HostUpstream(_Upstream):
+cdef class _RealUpstream(_Upstream):
+    """An upstream with memory behind its chunks (host, acl)."""
+
+    def first_chunks(self, sizes):
+        got = [0] * ASCM_KINDS
+        try:
+            for k in range(ASCM_KINDS):
+                if sizes[k]:
+                    got[k] = self.take(k, sizes[k])
+        except BaseException:
+            for k in range(ASCM_KINDS):
+                if got[k]:
+                    self.give(k, got[k], sizes[k])
+            raise
+        return got
+
+
+cdef class _HostUpstream(_RealUpstream):
     """Real memory from mmap; huge kinds 2 MiB-aligned, on huge pages if the
     OS has them.  A chunk retired by a reset stays reserved as inaccessible
     address space (no physical memory), so the OS cannot hand its addresses
@@ -107,7 +171,7 @@ cdef class _HostUpstream(_Upstream):
     def take(self, int k, uint64_t size):
         cdef uint64_t addr
         cdef int got
-        huge = k in (ASCM_KIND_HUGE, ASCM_KIND_DVPP, ASCM_KIND_HUGE1G)
+        huge = ascm_kind(k).huge  # huge-page kinds: 2 MiB-aligned, on huge pages if the OS has them
         if ascm_os_reserve(size, _CHUNK_ALIGN if huge else 4096, huge, &addr, &got) != ASCM_OK:
             raise UpstreamError(f"the OS refused {_fmt_bytes(size)} of address space for "
                                 f"{MemKind(k).name} memory")
@@ -144,7 +208,7 @@ cdef class _HostUpstream(_Upstream):
         ascm_os_release(base, size)
 
 
-cdef class _AclUpstream(_Upstream):
+cdef class _AclUpstream(_RealUpstream):
     """Chunks from the CANN runtime through pyACL (aclrtMalloc with the kind's
     policy, acldvppMalloc, aclrtMallocHost), sub-allocated by ascmem as CANN
     advises instead of frequent aclrtMalloc calls."""
@@ -171,6 +235,33 @@ cdef class _AclUpstream(_Upstream):
         e.code = ret if ret else 207001
         raise e
 
+    def describe(self, e):
+        return f"code {e.code}"
+
+    def record_event(self, stream):
+        """aclrtCreateEvent + aclrtRecordEvent; None if the runtime refused."""
+        rt = self.acl.rt
+        ev, ret = rt.create_event()
+        if ret != 0:
+            return None
+        if rt.record_event(ev, stream) != 0:
+            rt.destroy_event(ev)
+            return None
+        return ev
+
+    def event_done(self, ev):
+        """aclrtQueryEventStatus says ACL_EVENT_RECORDED_STATUS_COMPLETE (1)."""
+        status, ret = self.acl.rt.query_event_status(ev)
+        return ret == 0 and status == 1
+
+    def destroy_event(self, ev):
+        self.acl.rt.destroy_event(ev)
+
+    def synchronize(self, stream):
+        ret = self.acl.rt.synchronize_stream(stream)
+        if ret != 0:
+            raise AscmemError(f"acl.rt.synchronize_stream returned {ret}")
+
     def _release(self, int k, uint64_t base, uint64_t size):
         ns, _, _, free_name = _ACL_CALLS[k]
         ret = getattr(getattr(self.acl, ns), free_name)(base)
@@ -178,9 +269,18 @@ cdef class _AclUpstream(_Upstream):
             warnings.warn(f"acl.{ns}.{free_name}({base:#x}) returned {ret}", ResourceWarning)
 
 
-cdef _Upstream _make_upstream(str backend, object acl_module):
+cdef _Upstream _make_upstream(str backend, uint64_t device_id, object acl_module):
+    """The upstream of a backend; acl: pyACL, `import acl` by default."""
     if backend == "host":
         return _HostUpstream()
     if backend == "acl":
+        if acl_module is None:
+            try:
+                import acl as acl_module
+            except ImportError:
+                raise UnsupportedError("backend='acl' needs pyACL (`import acl` failed); use "
+                                       "backend='sim' or 'host' without an Ascend runtime") from None
         return _AclUpstream(acl_module)
-    return _Upstream()
+    cdef _Upstream sim = _Upstream()
+    sim._device_id = device_id
+    return sim

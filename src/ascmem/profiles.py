@@ -105,6 +105,66 @@ def get(name):
         raise InvalidArgumentError(f"unknown product {name!r}; known: {known}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A device's physical budget and the size of each kind's first chunk,
+    worked out from its profile (the arithmetic of Device's constructor)."""
+    reserve: int       # huge-page reserve [P]
+    shared: int        # the rest of the memory applications get
+    huge_grows: bool   # EP: huge pages grow past the reserve, out of `shared`
+    limit: int         # cap on huge + normal + runtime memory (0: none)
+    aicpu_cache: int   # bytes the first job takes for AI CPU operators
+    sizes: tuple       # per MemKind value: bytes of the kind's first chunk (0: no such kind)
+
+
+def layout(profile, mode, *, memory=None, free_os_memory=None, aicpu_cache=None,
+           host_memory=4 * GiB, limit=None, runtime_sized=False):
+    """The Layout of a device of this profile in this mode; arguments in bytes,
+    None for the profile's.  runtime_sized: chunks come from the Ascend
+    runtime, which gives what the budget allows, not address space, so the
+    pools start smaller (half the reserve or application memory each)."""
+    mem = profile.memory if memory is None else memory
+    if free_os_memory is not None:
+        free_os = free_os_memory
+    elif memory is None:
+        free_os = profile.free_os_memory
+    else:
+        free_os = mem * profile.free_os_memory // profile.memory
+    if free_os > mem or free_os < 8 * MiB:
+        raise InvalidArgumentError("free OS memory must be at least 8 MiB and at most the "
+                                   "device memory")
+    lo, hi = profile.aicpu_cache
+    if aicpu_cache is not None and (not hi or not lo <= aicpu_cache <= hi):
+        raise InvalidArgumentError(f"aicpu_cache must lie in {lo}-{hi} bytes for {profile.name}"
+                                   if hi else f"{profile.name} has no AI CPU operator cache")
+    app = free_os // (2 * MiB) * (2 * MiB)
+    reserve = profile.huge_reserve(free_os)
+    grows = mode == "EP"
+    sizes = [app if grows else reserve,                           # HUGE
+             app - reserve,                                       # NORMAL
+             min(profile.media_window, app),                      # DVPP
+             host_memory // 4096 * 4096,                          # HOST
+             app // GiB * GiB if profile.huge1g else 0]           # HUGE1G
+    if runtime_sized:
+        sizes[0] = (reserve or app // 2) // (2 * MiB) * (2 * MiB)
+        sizes[1] = (app - sizes[0]) // 2 // 4096 * 4096
+        sizes[2] = min(sizes[2], app // 4) // (2 * MiB) * (2 * MiB)
+        sizes[3] = min(sizes[3], GiB)
+        sizes[4] = 0
+    return Layout(reserve, app - reserve, grows, limit or 0,
+                  hi if aicpu_cache is None else aicpu_cache, tuple(sizes))
+
+
+def mode_of(profile, mode):
+    """The mode asked for (default: the product's first), checked."""
+    from ascmem.errors import UnsupportedError
+    mode = profile.default_mode if mode is None else str(mode).upper()
+    if mode not in profile.modes:
+        raise UnsupportedError(f"{profile.title} has no {mode} mode (it has: "
+                               f"{', '.join(profile.modes)})")
+    return mode
+
+
 def precautions(profile, mode):
     """The CANN memory precautions that apply to this product in this mode."""
     out = []

@@ -1,4 +1,4 @@
-"""CANN memory enums and the size/alignment rules of its allocation calls.
+"""CANN memory enums, policy names and the aclrtGetMemInfo attribute table.
 
 Values are CANN's own (CANN API reference: ``aclrtMemMallocPolicy``,
 ``aclrtMemAttr``, ``aclrtMalloc``, ``aclrtMallocAlign32``, ``acldvppMalloc``),
@@ -11,14 +11,9 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-HUGE_PAGE = 2 * MiB        # huge pages are granted in 2 MiB units
-HUGE_PAGE_1G = 1 * GiB     # by the HUGE1G policies
-NORMAL_PAGE = 4 * KiB
-HUGE_FIRST_SMALL_LIMIT = 1 * MiB  # HUGE_FIRST: at most this many bytes go to normal pages
-
-DEVICE_ALIGN = 64          # aclrtMalloc start address
-MEDIA_ALIGN = 128          # acldvppMalloc / hi_mpi_dvpp_malloc start address
-HOST_ALIGN = 64            # aclrtMallocHost start address
+# Page sizes, request rounding and alignment are the C core's (csrc/kinds.c,
+# ascm_device_route in csrc/device.c); ascmem._core.kind_table() shows them.
+MEDIA_ALIGN = 128          # acldvppMalloc / hi_mpi_dvpp_malloc start address: model input rule
 
 
 class Policy(enum.IntEnum):
@@ -79,15 +74,61 @@ class MemKind(enum.IntEnum):
     HUGE1G = 4  # 1 GiB pages (HUGE1G policies), only on products that have them
 
 
-def align_up(n, a):
-    return (n + a - 1) // a * a
+def policy_name(policy):
+    """An aclrtMemMallocPolicy value as its names ("HUGE_FIRST|LOW_BAND_WIDTH");
+    None: "-" (calls that take no policy); anything else: its repr."""
+    if policy is None:
+        return "-"
+    try:
+        p = int(policy)
+        base = Policy(p & POLICY_BASE_MASK).name
+        flags = [f.name for f in (Policy.LOW_BAND_WIDTH, Policy.HIGH_BAND_WIDTH,
+                                  Policy.ACCESS_USER_SPACE_READONLY) if p & f]
+        return "|".join([base] + flags)
+    except (ValueError, TypeError):
+        return repr(policy)
 
 
-def malloc_size(size):
-    """aclrtMalloc / acldvppMalloc: round up to 32 bytes, then add 32."""
-    return align_up(size, 32) + 32
+# aclrtGetMemInfo: which memory each aclrtMemAttr reports on.  The DDR_* and
+# HBM_* attributes (0-11) apply to chips of that memory type only; the CANN
+# 9.0 ones (12-17) to whichever the chip has.  "p2p_" ones need a product with
+# P2P, "huge1g" ones one with 1 GiB pages.
+MEM_ATTR_TYPE = {a: ("HBM" if a in (1, 4, 5, 8, 9, 10, 11) else "DDR") for a in range(12)}
+MEM_ATTR_POOL = {0: "all", 1: "all", 2: "huge", 3: "normal", 4: "huge", 5: "normal",
+                 6: "p2p_huge", 7: "p2p_normal", 8: "p2p_huge", 9: "p2p_normal", 10: "huge1g",
+                 11: "p2p_huge1g", 12: "normal", 13: "huge", 14: "huge1g", 15: "p2p_normal",
+                 16: "p2p_huge", 17: "p2p_huge1g"}
 
 
-def malloc_align32_size(size):
-    """aclrtMallocAlign32: round up to 32 bytes, nothing added."""
-    return align_up(size, 32)
+def mem_info(attr, budget, memory_type, p2p, huge1g):
+    """(free, total) bytes aclrtGetMemInfo reports for attr on a device with
+    this budget (Device.budget()); memory this hardware lacks reports (0, 0)."""
+    a = int(MemAttr(attr))
+    if a in MEM_ATTR_TYPE and MEM_ATTR_TYPE[a] != memory_type:
+        return (0, 0)
+    which = MEM_ATTR_POOL[a]
+    if which.startswith("p2p_"):
+        if not p2p:
+            return (0, 0)
+        which = which[4:]
+    if which == "huge1g" and not huge1g:
+        return (0, 0)
+    b = budget
+    growth = b["ep_growth"]
+    left = b["shared"] - b["fixed"] - b["normal_used"] - growth
+    if which == "all":
+        total = b["total"] if not b["limit"] else min(b["total"], b["limit"])
+        used = b["huge_used"] + b["normal_used"] + b["fixed"]
+    elif which == "normal":
+        total = b["shared"] - b["fixed"] - growth
+        used = b["normal_used"]
+    elif b["reserve"]:
+        # a reserve product reports the huge-page pool as it is now: the
+        # reserve plus whatever EP mode grew it by
+        total = b["reserve"] + growth
+        used = b["huge_used"]
+    else:
+        total = b["huge_used"] + left
+        used = b["huge_used"]
+    total = max(total, used)
+    return (total - used, total)

@@ -1,0 +1,112 @@
+# A Device's host views of its blocks and its debug guard bytes (host
+# backend).  Included by _core.pyx.
+
+cdef uint64_t _GUARD = 64             # debug mode: bytes written after each block
+_GUARD_BYTES = bytes([0xAB]) * 64
+
+
+@cython.final
+cdef class _ViewRegistry:
+    """Live buffer exports per block address.  A block with a live view
+    cannot be freed; a device with any cannot be reset or closed."""
+    cdef dict counts        # address -> live exports
+    cdef Py_ssize_t live    # exports in all: the free path's one test
+    cdef bint closed        # the device is closed: no new exports
+
+    def __cinit__(self):
+        self.counts = {}
+
+    cdef add(self, uint64_t addr):
+        self.counts[addr] = self.counts.get(addr, 0) + 1
+        self.live += 1
+
+    cdef remove(self, uint64_t addr):
+        n = self.counts.get(addr, 0) - 1
+        if n > 0:
+            self.counts[addr] = n
+        elif self.counts.pop(addr, None) is None:
+            return
+        self.live -= 1
+
+    cdef Py_ssize_t of(self, uint64_t addr):
+        return self.counts.get(addr, 0)
+
+
+# Only a Device makes block buffers: one built from Python could point
+# anywhere.  The token is not reachable from Python.
+cdef object _BUFFER_TOKEN = object()
+
+
+cdef _BlockBuffer _make_block_buffer(_ViewRegistry views, uint64_t addr, uint64_t nbytes):
+    return _BlockBuffer(_BUFFER_TOKEN, views, addr, nbytes)
+
+
+@cython.final
+cdef class _BlockBuffer:
+    """Exports a live block of a host-backend Device through the buffer
+    protocol, counting exports so that the block cannot be freed under them.
+    Made by Device.buffer() only."""
+    cdef _ViewRegistry views
+    cdef uint64_t addr, nbytes
+    cdef Py_ssize_t shape[1]
+
+    def __cinit__(self, token, _ViewRegistry views, uint64_t addr, uint64_t nbytes):
+        if token is not _BUFFER_TOKEN:
+            raise TypeError("block buffers are made by Device.buffer(), not directly")
+        self.views = views
+        self.addr = addr
+        self.nbytes = nbytes
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self.views.closed:
+            raise DeviceClosedError("the device of this buffer is closed")
+        self.shape[0] = <Py_ssize_t>self.nbytes
+        view.buf = <void *><size_t>self.addr
+        view.obj = self
+        view.len = <Py_ssize_t>self.nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self.shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.views.add(self.addr)
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self.views.remove(self.addr)
+
+
+@cython.final
+cdef class _GuardBytes:
+    """Debug mode (ASCMEM_DEBUG=1, host backend): _GUARD bytes of a known
+    pattern after each block, checked when it is freed."""
+    cdef dict sizes  # address -> the size the caller asked for
+
+    def __cinit__(self):
+        self.sizes = {}
+
+    cdef uint64_t place(self, uint64_t addr, uint64_t size) except? 0:
+        (<unsigned char[:_GUARD]><unsigned char *><size_t>(addr + size))[:] = _GUARD_BYTES
+        self.sizes[addr] = size
+        return addr
+
+    cdef uint64_t requested(self, uint64_t addr, uint64_t usable):
+        """The caller's bytes of a block (its guard bytes are not theirs)."""
+        return min(<uint64_t>self.sizes.get(addr, usable), usable)
+
+    cdef check(self, uint64_t addr):
+        """Called after the block is freed (its memory is not handed out again
+        before this returns: the GIL is held)."""
+        size = self.sizes.pop(addr, None)
+        if size is None:
+            return
+        got = bytes(<unsigned char[:_GUARD]><unsigned char *><size_t>(addr + size))
+        if got != _GUARD_BYTES:
+            first = next(i for i in range(_GUARD) if got[i] != 0xAB)
+            raise CorruptionError(f"overrun: the block at {addr:#x} of {size} bytes was written "
+                                  f"past its end (guard byte +{first} changed)")
+
+    cdef clear(self):
+        self.sizes.clear()
