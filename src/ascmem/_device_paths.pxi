@@ -1,0 +1,187 @@
+# The Device's one allocate path (malloc, malloc_align32, dvpp_malloc,
+# malloc_host) and one free path (free, dvpp_free, free_host).  Each starts
+# with an inline part that the common case never leaves -- no stream, no
+# guard bytes, no view, no stream free in flight: one test of a typed field
+# each -- and goes on in a general part.  Included by _core.pyx after
+# _device.pxi.
+
+# ---- the one allocate path -----------------------------------------------------
+
+cdef inline int _alloc_first_try(Device dev, object size, object policy, int mode, object stream,
+                                 uint64_t *addr, int *kind, int *events) except -2:
+    """The first try of every Device allocation call, inline in each (its
+    mode a constant): the C device's status, or -1 when a stream or debug
+    mode needs the general path first.  _alloc goes on from it: the request
+    is tried once, whatever path it takes."""
+    if stream is not None or (<_DeviceParts>dev._parts).guards is not None:
+        return -1
+    return ascm_device_try_malloc_held(dev._d, as_u64(size, "size"), _policy(policy), mode, addr,
+                                       kind, events)
+
+
+cdef object _alloc(Device dev, object size, object policy, int mode, object stream, str call,
+                   int st, uint64_t addr, int kind, int events):
+    """An allocation after _alloc_first_try, or the whole of one: st is the
+    status of the first try of the whole size (-1: not tried yet).
+    Same-stream reuse, then the C device, then the slow path (retries,
+    out-of-memory error); guard bytes in debug mode."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef uint64_t want, n = as_u64(size, "size")
+    cdef uint32_t pol = _policy(policy)
+    if st == -1:
+        if stream is not None:
+            _check_stream(stream)
+            # debug mode re-checks guard bytes at every real free: no reuse
+            addr = parts.ledger.reuse(dev._d, stream, n, pol, mode) if parts.guards is None else 0
+            if addr:
+                return addr
+        # debug mode asks for the guard bytes too; a size no device has is
+        # left as it is (routing refuses it) so that adding them cannot wrap
+        want = n + _GUARD if parts.guards is not None and n <= _NO_DEVICE_HAS else n
+        st = ascm_device_try_malloc_held(dev._d, want, pol, mode, &addr, &kind, &events)
+    else:
+        want = n
+    if events:
+        _notice_events(dev, events)
+    if st != ASCM_OK:  # media and host calls take no policy: their messages show none
+        addr = _alloc_slow(dev, st, want, pol, mode, kind,
+                           policy if mode <= ASCM_SIZE_ALIGN32 else None, call)
+    if parts.guards is not None:
+        return parts.guards.place(addr, n)
+    return addr
+
+
+cdef uint64_t _alloc_slow(Device dev, int st, uint64_t size, uint32_t policy, int mode, int kind,
+                          object policy_obj, str call) except? 0:
+    """The first try failed with st: waits out a reset in progress; on a
+    lack of room frees what streams are done with and what is cached, then
+    asks the user's callback; the request counts once as failed."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef uint64_t addr
+    cdef int events = 0
+    while st == ASCM_ERR_CLOSED:  # resets in progress (raises once closed for good)
+        _wait_reset(dev, call)
+        st = ascm_device_try_malloc_held(dev._d, size, policy, mode, &addr, &kind, &events)
+    if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
+        dev.process_events()
+        ascm_device_trim(dev._d)
+        st = ascm_device_try_malloc_held(dev._d, size, policy, mode, &addr, &kind, &events)
+        if st != ASCM_OK and parts.oom_callback is not None:
+            if parts.oom_callback(_oom_info(dev, size, kind)):
+                parts.counters["oom_retries"] += 1
+                st = ascm_device_try_malloc_held(dev._d, size, policy, mode, &addr, &kind, &events)
+    if events:
+        _notice_events(dev, events)
+    if st == ASCM_OK:
+        return addr
+    if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
+        ascm_device_count_failure(dev._d, kind)
+    _raise_alloc_failure(dev, st, size, policy_obj, kind, call)
+
+
+cdef inline uint32_t _policy(object policy) except? 0xFFFFFFFF:
+    if policy is 0:  # the default (a cached int): no conversion call
+        return 0
+    cdef uint64_t p = as_u64(policy, "policy")
+    return <uint32_t>p if p < 0xFFFFFFFF else 0xFFFFFFFE  # still out of range, as CANN sees it
+
+
+# ---- the one free path ------------------------------------------------------------
+
+cdef inline object _device_free(Device dev, object ptr, unsigned mask, object stream, str call):
+    """The free path of every Device free call: inline when no stream, view,
+    guard or earlier stream free is involved (one test each); else
+    _free_slow."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef int kind, st
+    cdef uint64_t a = as_u64(ptr, "pointer")
+    if stream is not None or parts.ledger.tracked or parts.views.live or parts.guards is not None:
+        return _free_slow(dev, a, mask, stream, call)
+    st = ascm_device_free_held(dev._d, a, mask, &kind)
+    if st != ASCM_OK:
+        if st == ASCM_ERR_CLOSED:
+            st = _free_when_open(dev, a, mask, &kind, call)
+        if st != ASCM_OK:
+            _raise(st, _bad_pointer(dev, a, kind, call, mask))
+
+
+cdef _free_slow(Device dev, uint64_t addr, unsigned mask, object stream, str call):
+    """A free that streams, views or guard bytes have a say in."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef int k = -1
+    cdef uint64_t usable
+    _require_open(dev, call)
+    if stream is not None:
+        _check_stream(stream)  # before anything changes
+    cdef ascm_pool *p = ascm_device_pool_at(dev._d, addr, &k)
+    if parts.ledger.waits(addr):
+        raise InvalidFreeError(f"{call}: {addr:#x} was already freed and waits on a stream")
+    if parts.views.of(addr):
+        raise InvalidFreeError(f"{call}: {addr:#x} still has {parts.views.of(addr)} live buffer "
+                               f"view(s); drop them (del / release()) before freeing")
+    if p is NULL or not (mask >> k) & 1 or ascm_pool_usable_size(p, addr, &usable) != ASCM_OK:
+        _raise(ASCM_ERR_BADFREE, _bad_pointer(dev, addr, k, call, mask))
+    if parts.ledger.defer(addr, mask, stream, usable, k):
+        return
+    _free_when_open(dev, addr, mask, &k, call)
+    if parts.guards is not None:
+        parts.guards.check(addr)
+
+
+cdef _free_released(Device dev, list blocks):
+    """Frees the (address, mask) pairs the stream ledger let go.  A reset
+    meanwhile made them stale: that BADFREE is ignored.  Guard bytes are
+    checked after all are freed."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef int k
+    for addr, mask in blocks:
+        _free_when_open(dev, addr, mask, &k, "synchronize")
+    if parts.guards is not None:
+        for addr, _ in blocks:
+            parts.guards.check(addr)
+
+
+cdef int _free_when_open(Device dev, uint64_t a, unsigned mask, int *kind, str call) except -1:
+    """A free the gate may refuse: waits out resets in progress (raises once
+    the device is closed for good) and frees; returns the status."""
+    cdef int st = ascm_device_free_held(dev._d, a, mask, kind)
+    while st == ASCM_ERR_CLOSED:
+        _wait_reset(dev, call)
+        st = ascm_device_free_held(dev._d, a, mask, kind)
+    return st
+
+
+cdef int _wait_reset(Device dev, str call) except -1:
+    """The C device refused with ASCM_ERR_CLOSED: raises if it is closed,
+    else waits (without the GIL) for the reset in progress to end."""
+    cdef int st
+    _require_open(dev, call)
+    with nogil:
+        st = ascm_device_wait_open(dev._d)
+    if st != ASCM_OK:
+        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed")
+    return 0
+
+
+cdef inline int _require_open(Device dev, str call) except -1:
+    if (<_DeviceParts>dev._parts).closed:
+        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed")
+    return 0
+
+
+cdef uint64_t _discard_free_pages(ascm_device *d, int k):
+    """Host memory: the pages of kind k's fully free spans back to the OS
+    (MADV_DONTNEED); returns the resident bytes that were given back."""
+    cdef uint64_t page = ascm_kind(k).page_size, released = 0, lo, hi
+    cdef ascm_pool *p
+    for i in range(ascm_device_chunk_count(d, k)):
+        p = ascm_device_chunk(d, k, i, NULL, NULL)
+        if p is NULL:
+            continue
+        for addr, size, _ in _pool_blocks(p, True):
+            lo = (addr + page - 1) // page * page
+            hi = (addr + size) // page * page
+            if hi > lo:
+                released += ascm_os_resident(lo, hi - lo)
+                ascm_os_discard(lo, hi - lo)
+    return released
