@@ -3,7 +3,7 @@
  *
  * Why not the buddy here: a buddy places a block only at offsets aligned to
  * its size; on the recorded pipeline trace the buddy alone needs 24% more
- * arena than this pool (efficiency 0.654 against 0.810, BENCHMARKS.md).  Best
+ * arena than the pool (efficiency 0.654 against 0.848, BENCHMARKS.md).  Best
  * fit, address-ordered among equal sizes, is the classic fragmentation
  * champion.  To keep it fast, free blocks
  * sit in size bins (64 per power of two, exact below 64 units) with a two-level
