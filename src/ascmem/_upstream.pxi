@@ -20,7 +20,8 @@ from ascmem.errors import AscmemError, MisalignedError, UnsupportedError
 from ascmem.rules import MemKind
 
 # acl backend: how each kind's chunks are taken from the runtime and given back
-# (namespace, function, policy or None, free function)
+# (namespace, function, policy or None, free function): the runtime's calls,
+# not facts about the kinds (those are csrc/kinds.c's)
 _ACL_CALLS = {ASCM_KIND_HUGE: ("rt", "malloc", 1, "free"),
               ASCM_KIND_NORMAL: ("rt", "malloc", 2, "free"),
               ASCM_KIND_DVPP: ("media", "dvpp_malloc", None, "dvpp_free"),

@@ -9,10 +9,8 @@ last live block, rounded up to the kind's page; gaps become inactive blocks.
 
 import pickle
 
-from ascmem.rules import MemKind
+from ascmem._core import kind_table
 
-_PAGE = {MemKind.HUGE: 2 << 20, MemKind.DVPP: 2 << 20, MemKind.HUGE1G: 1 << 30,
-         MemKind.NORMAL: 4096, MemKind.HOST: 4096}
 TRACE_MAX_ENTRIES = 10000  # PyTorch's default trace_alloc_max_entries
 
 
@@ -25,12 +23,13 @@ def to_torch(device, history=(), stream=0):
     """The snapshot dict of a Device; ``history``: (action, addr, size) tuples,
     action "alloc" or "free", oldest first (the last 10,000 are kept)."""
     segments = []
+    kinds = kind_table()
     by_kind = {}
     for b in device.snapshot():
         by_kind.setdefault(b["kind"], []).append(b)
     for kind, blocks in sorted(by_kind.items()):
         base, _ = device.range_of(kind)
-        page = _PAGE[kind]
+        page = kinds[kind]["page_size"]
         end = max(b["address"] + b["size"] for b in blocks)
         total = (end - base + page - 1) // page * page
         out, at = [], base
