@@ -54,6 +54,10 @@ typedef struct ascm_stats {
     /* appended in C API version 3 */
     uint64_t cached_bytes;   /* empty slabs kept as spares (in free; given back on demand) */
     uint64_t peak_live_count;
+    /* appended in C API version 4: paged pools (0 for others) */
+    uint64_t mapped;         /* bytes of granules mapped: those with a live byte, and kept ones */
+    uint64_t peak_mapped;
+    uint64_t map_calls, unmap_calls; /* calls of the map hook (counted without one too) */
 } ascm_stats;
 
 /* ---- buddy allocator ---------------------------------------------------- */
@@ -84,6 +88,15 @@ typedef struct ascm_pool ascm_pool;
  * the allocation fail with ASCM_ERR_BUDGET; a negative delta must succeed. */
 typedef int (*ascm_charge_fn)(void *ctx, int64_t delta_bytes);
 
+/* Paged pools: maps (map = 1) or unmaps (map = 0) the granules of
+ * [addr, addr + size).  Called with the pool's lock held: it must not take a
+ * lock that a user of the pool may hold while calling the pool, nor call
+ * into Python.  Non-zero refuses: a refused map fails the allocation with
+ * ASCM_ERR_NOMEM (nothing stays mapped or charged); a refused unmap is
+ * counted (stats: none; check() does not see it) and the granules are
+ * treated as unmapped. */
+typedef int (*ascm_map_fn)(void *ctx, uint64_t addr, uint64_t size, int map);
+
 typedef struct ascm_pool_config {
     uint64_t base;
     uint64_t size;        /* a multiple of min_block */
@@ -96,6 +109,16 @@ typedef struct ascm_pool_config {
      * no lock of its own -- an atomic exchange less per call.  Pools made
      * from Python always lock. */
     int single_threaded;
+    /* appended in C API version 4.  Non-zero: a paged pool.  Its range is
+     * virtual; granules of page_size (a power of two, at least min_block)
+     * are mapped through `map` (optional: without it the pool only counts)
+     * when their first live byte arrives and unmapped when the last one
+     * leaves, keeping up to release_threshold bytes of free granules mapped.
+     * charge is then called for mapped bytes, kept granules included. */
+    int paged;
+    ascm_map_fn map;
+    void *map_ctx;
+    uint64_t release_threshold;
 } ascm_pool_config;
 
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out);
@@ -108,7 +131,8 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st);
 uint64_t ascm_pool_used(ascm_pool *p); /* bytes in live blocks: stats' `used`, cheaply */
 void ascm_pool_reset(ascm_pool *p);
 /* Gives the empty slabs kept as spares back to the large-block path (and
- * their pages to the budget); returns the bytes released. */
+ * their pages to the budget), and unmaps a paged pool's kept granules;
+ * returns the bytes released. */
 uint64_t ascm_pool_trim(ascm_pool *p);
 void ascm_pool_reset_peaks(ascm_pool *p);
 /* The usable size a request of size bytes at align would get (0: never). */

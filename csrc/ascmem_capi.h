@@ -21,8 +21,10 @@
 /* 2: ascm_pool_config gained single_threaded, so pool_create reads a larger
  * struct; extensions built against 1 are refused at import, not misread.
  * 3: ascm_stats gained cached_bytes and peak_live_count, so pool_stats writes
- * a larger struct; device calls may return ASCM_ERR_CLOSED. */
-#define ASCM_CAPI_VERSION 3
+ * a larger struct; device calls may return ASCM_ERR_CLOSED.
+ * 4: ascm_pool_config gained paged, map, map_ctx and release_threshold, and
+ * ascm_stats mapped, peak_mapped, map_calls and unmap_calls (paged pools). */
+#define ASCM_CAPI_VERSION 4
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
 typedef struct ascm_capi {

@@ -243,6 +243,33 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
     return c < ASCM_SLAB_CLASSES ? c : -1;
 }
 
+/* ---- paging (paging.c): which granules of a paged pool are mapped ------- */
+
+typedef struct ascm_paging {
+    uint64_t base;
+    unsigned pshift;
+    uint64_t threshold_pages; /* free granules kept mapped, at most */
+    ascm_map_fn map;
+    void *map_ctx;
+    ascm_hbm kept;            /* granules mapped with no live byte */
+    uint64_t kept_count, peak_mapped; /* in granules */
+    uint64_t map_calls, unmap_calls, unmap_failures;
+} ascm_paging;
+
+int ascm_paging_init(ascm_paging *g, uint64_t npages, uint64_t base, unsigned pshift,
+                     uint64_t threshold, ascm_map_fn map, void *map_ctx);
+void ascm_paging_destroy(ascm_paging *g);
+/* Granules [lo, hi) gained their first live byte (in_use: granules with a
+ * live byte, these included): maps the ones not kept and charges them. */
+int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,
+                        uint64_t in_use);
+/* Granules [lo, hi) lost their last live byte: kept up to the threshold,
+ * the rest unmapped and discharged. */
+void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi);
+uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx);
+void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t in_use);
+int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen);
+
 /* ---- pool --------------------------------------------------------------- */
 
 /* Where slabs get their storage: the pool lends them large blocks through
@@ -271,6 +298,7 @@ struct ascm_pool {
     unsigned sgshift;     /* log2 of the slab granule: max(unit, 8 KiB); slabs align to it */
     ascm_charge_fn charge;
     void *charge_ctx;
+    ascm_paging *paging;  /* paged pools only (paging.c) */
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */

@@ -20,30 +20,33 @@
 
 #include <stdlib.h>
 
-static inline uint64_t page_take(ascm_pool *p, uint64_t off, uint64_t bytes) {
-    if (!p->page_refs) { /* pages no larger than units: no page is ever shared */
-        p->pages_in_use += bytes >> p->pshift;
-        return bytes >> p->pshift;
-    }
+/* Takes a reference on the pages of [off, off + bytes); the pages that had
+ * no live byte before are the run [*lo, *hi) (interior pages always, edge
+ * pages when their count was 0). */
+static inline void page_take(ascm_pool *p, uint64_t off, uint64_t bytes, uint64_t *lo, uint64_t *hi) {
     uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
-    uint64_t added = last > first + 1 ? last - first - 1 : 0;
-    if (p->page_refs[first]++ == 0) added++;
-    if (last != first && p->page_refs[last]++ == 0) added++;
-    p->pages_in_use += added;
-    return added;
+    *lo = first;
+    *hi = last + 1;
+    if (p->page_refs) { /* pages larger than units: edge pages may be shared */
+        if (p->page_refs[first]++ != 0) *lo = first + 1;
+        if (last != first && p->page_refs[last]++ != 0) *hi = last;
+    }
+    if (*hi < *lo) *hi = *lo;
+    p->pages_in_use += *hi - *lo;
 }
 
-static inline uint64_t page_give(ascm_pool *p, uint64_t off, uint64_t bytes) {
-    if (!p->page_refs) {
-        p->pages_in_use -= bytes >> p->pshift;
-        return bytes >> p->pshift;
-    }
+/* Drops the references taken by page_take; [*lo, *hi): the pages left with
+ * no live byte. */
+static inline void page_give(ascm_pool *p, uint64_t off, uint64_t bytes, uint64_t *lo, uint64_t *hi) {
     uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
-    uint64_t dropped = last > first + 1 ? last - first - 1 : 0;
-    if (--p->page_refs[first] == 0) dropped++;
-    if (last != first && --p->page_refs[last] == 0) dropped++;
-    p->pages_in_use -= dropped;
-    return dropped;
+    *lo = first;
+    *hi = last + 1;
+    if (p->page_refs) {
+        if (--p->page_refs[first] != 0) *lo = first + 1;
+        if (last != first && --p->page_refs[last] != 0) *hi = last;
+    }
+    if (*hi < *lo) *hi = *lo;
+    p->pages_in_use -= *hi - *lo;
 }
 
 /* A request in units, and its alignment in units (1: any unit). */
@@ -54,21 +57,29 @@ static inline uint64_t align_units_for(const ascm_pool *p, uint64_t align) {
     return align > p->gran ? align >> p->gshift : 1;
 }
 
-/* Charges the pages of a block the fit path has set aside; on a budget
- * refusal nothing stays charged. */
+/* Charges the pages of a block the fit path has set aside (a paged pool maps
+ * them); on a refusal nothing stays charged or mapped. */
 static inline int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
-    uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift;
-    uint64_t added = page_take(p, off, len);
-    if (added && p->charge && p->charge(p->charge_ctx, (int64_t)(added << p->pshift)) != 0) {
-        page_give(p, off, len);
-        return ASCM_ERR_BUDGET;
-    }
-    return ASCM_OK;
+    uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift, lo, hi;
+    page_take(p, off, len, &lo, &hi);
+    if (hi == lo) return ASCM_OK;
+    int st = ASCM_OK;
+    if (ASCM_UNLIKELY(p->paging != NULL))
+        st = ascm_paging_acquire(p->paging, p->charge, p->charge_ctx, lo, hi, p->pages_in_use);
+    else if (p->charge && p->charge(p->charge_ctx, (int64_t)((hi - lo) << p->pshift)) != 0)
+        st = ASCM_ERR_BUDGET;
+    if (st != ASCM_OK) page_give(p, off, len, &lo, &hi);
+    return st;
 }
 
 static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
-    uint64_t dropped = page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift);
-    if (dropped && p->charge) p->charge(p->charge_ctx, -(int64_t)(dropped << p->pshift));
+    uint64_t lo, hi;
+    page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift, &lo, &hi);
+    if (hi == lo) return;
+    if (ASCM_UNLIKELY(p->paging != NULL))
+        ascm_paging_release(p->paging, p->charge, p->charge_ctx, lo, hi);
+    else if (p->charge)
+        p->charge(p->charge_ctx, -(int64_t)((hi - lo) << p->pshift));
 }
 
 /* Hands the kept last freed block to best fit (its pages are already given). */
@@ -87,9 +98,9 @@ static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t req
     int st = ascm_fit_take(&p->fit, units_for(p, bytes), align_units_for(p, align), high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
-    if (charge_block(p, blk) != ASCM_OK) {
+    if ((st = charge_block(p, blk)) != ASCM_OK) {
         ascm_fit_give(&p->fit, *node);
-        return ASCM_ERR_BUDGET;
+        return st;
     }
     blk->slack = requested ? (uint32_t)((((uint64_t)blk->len) << p->gshift) - requested) : 0;
     return ASCM_OK;
@@ -139,7 +150,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     uint64_t gran = cfg->min_block, page = cfg->page_size ? cfg->page_size : cfg->min_block;
     if (!ascm_is_pow2(gran) || gran > (1ull << 31) || !ascm_is_pow2(page) || cfg->size == 0 ||
         cfg->size % gran ||
-        cfg->base % gran || cfg->base + cfg->size < cfg->base)
+        cfg->base % gran || cfg->base + cfg->size < cfg->base || (cfg->paged && page < gran))
         return ASCM_ERR_INVAL;
     ascm_pool *p = calloc(1, sizeof *p);
     if (!p) return ASCM_ERR_HOSTMEM;
@@ -164,7 +175,16 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
     int maps = ascm_map_init(&p->blocks) == ASCM_OK;
     maps = (ascm_map_init(&p->slabmap) == ASCM_OK) && maps;
-    if (!maps || (page > gran && !p->page_refs) || ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
+    if (cfg->paged && (p->paging = malloc(sizeof *p->paging)) != NULL &&
+        ascm_paging_init(p->paging, p->npages, p->base, p->pshift, cfg->release_threshold, cfg->map,
+                         cfg->map_ctx) != ASCM_OK) {
+        ascm_paging_destroy(p->paging);
+        free(p->paging);
+        p->paging = NULL;
+        maps = 0;
+    }
+    if (!maps || (page > gran && !p->page_refs) || (cfg->paged && !p->paging) ||
+        ascm_fit_init(&p->fit, nunits) != ASCM_OK) {
         ascm_pool_destroy(p);
         return ASCM_ERR_HOSTMEM;
     }
@@ -183,6 +203,8 @@ void ascm_pool_destroy(ascm_pool *p) {
     ascm_map_destroy(&p->blocks);
     ascm_map_destroy(&p->slabmap);
     if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
+    if (p->paging) ascm_paging_destroy(p->paging);
+    free(p->paging);
     free(p);
 }
 
@@ -467,13 +489,23 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->metadata_bytes = sizeof *p + ascm_map_bytes(&p->blocks) + ascm_map_bytes(&p->slabmap) +
                          (p->page_refs ? p->npages * sizeof *p->page_refs : 0) +
                          p->fit.ncap * sizeof *p->fit.nodes +
-                         ascm_slab_metadata_bytes(p);
+                         ascm_slab_metadata_bytes(p) +
+                         (p->paging ? sizeof *p->paging + ascm_hbm_bytes(&p->paging->kept) : 0);
+    if (p->paging) {
+        st->mapped = (p->pages_in_use + p->paging->kept_count) << p->pshift;
+        st->peak_mapped = p->paging->peak_mapped << p->pshift;
+        st->map_calls = p->paging->map_calls;
+        st->unmap_calls = p->paging->unmap_calls;
+    }
     ascm_pool_unlock(p);
 }
 
 void ascm_pool_reset(ascm_pool *p) {
     ascm_pool_lock(p);
-    if (p->pages_in_use && p->charge) p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
+    if (p->paging)
+        ascm_paging_reset(p->paging, p->charge, p->charge_ctx, p->pages_in_use);
+    else if (p->pages_in_use && p->charge)
+        p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
     ascm_slab_release_all(p);
     ascm_fit_reset(&p->fit);
     p->last_freed = ASCM_NODE_NONE;
@@ -481,6 +513,7 @@ void ascm_pool_reset(ascm_pool *p) {
     ascm_map_clear(&p->slabmap);
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
+    if (p->paging) p->paging->peak_mapped = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;
     p->closed = 0;
@@ -489,7 +522,9 @@ void ascm_pool_reset(ascm_pool *p) {
 
 uint64_t ascm_pool_trim(ascm_pool *p) {
     ascm_pool_lock(p);
+    flush_last_freed(p);
     uint64_t released = ascm_slab_trim(p);
+    if (p->paging) released += ascm_paging_trim(p->paging, p->charge, p->charge_ctx);
     ascm_pool_unlock(p);
     return released;
 }
@@ -554,6 +589,7 @@ void ascm_pool_reset_peaks(ascm_pool *p) {
     p->peak_used = p->used;
     p->peak_requested = p->requested;
     p->peak_live_count = p->live_count;
+    if (p->paging) p->paging->peak_mapped = p->pages_in_use + p->paging->kept_count;
     ascm_pool_unlock(p);
 }
 
@@ -576,7 +612,12 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     if (st != ASCM_OK) return st;
     uint64_t live = 0, used = 0, requested = 0, pages = 0;
     uint32_t *refs = calloc(p->npages, sizeof *refs);
-    if (!refs) return ASCM_ERR_HOSTMEM;
+    uint8_t *page_used = p->paging ? calloc(p->npages, 1) : NULL; /* paged: granules with a live byte */
+    if (!refs || (p->paging && !page_used)) {
+        free(refs);
+        free(page_used);
+        return ASCM_ERR_HOSTMEM;
+    }
     uint64_t large = 0;
     if (p->last_freed) {
         const ascm_fit_node *n = p->last_freed < p->fit.nused ? &p->fit.nodes[p->last_freed] : NULL;
@@ -588,6 +629,7 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         if (!n->len || n->is_free || i == p->last_freed) continue; /* recycled, free or kept */
         uint64_t off = (uint64_t)n->off << p->gshift, len = (uint64_t)n->len << p->gshift;
         uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
+        if (page_used) memset(page_used + first, 1, last - first + 1);
         if (p->page_refs) {
             refs[first]++;
             if (last != first) refs[last]++;
@@ -617,6 +659,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         pages += refs[pg] != 0;
     }
     free(refs);
+    if (st == ASCM_OK && page_used) st = ascm_paging_check(p->paging, page_used, msg, msglen);
+    free(page_used);
     if (st != ASCM_OK) return st;
     if (pages != p->pages_in_use) return ascm_fail(msg, msglen, "pages in use is wrong");
     st = ascm_slab_check(p, &live, &used, &requested, msg, msglen);

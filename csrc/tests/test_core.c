@@ -636,6 +636,92 @@ static void test_pool_spares_count_as_free(void) {
     ascm_pool_destroy(p);
 }
 
+/* A map hook that records the mapped granules in a bitmap of its own and
+ * refuses when told to. */
+typedef struct map_log {
+    uint64_t base, granule;
+    uint8_t mapped[256];
+    int refuse, calls;
+} map_log;
+
+static int log_map(void *ctx, uint64_t addr, uint64_t size, int map) {
+    map_log *m = ctx;
+    m->calls++;
+    if (map && m->refuse) return 1;
+    for (uint64_t a = addr; a < addr + size; a += m->granule) {
+        uint64_t g = (a - m->base) / m->granule;
+        if (map && m->mapped[g]) return 2; /* mapped twice: a bug */
+        m->mapped[g] = (uint8_t)map;
+    }
+    return 0;
+}
+
+static uint64_t log_mapped(const map_log *m) {
+    uint64_t n = 0;
+    for (int i = 0; i < 256; i++) n += m->mapped[i];
+    return n * m->granule;
+}
+
+static void test_paged_pool(void) {
+    const uint64_t G = 64 << 10, BASE = 1ull << 32;
+    map_log log = {.base = BASE, .granule = G};
+    ascm_pool_config cfg = {.base = BASE, .size = 256 * G, .min_block = 4096, .page_size = G,
+                            .paged = 1, .map = log_map, .map_ctx = &log,
+                            .release_threshold = 2 * G};
+    ascm_pool *p;
+    ascm_stats st;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t a, b, c;
+    CHECK(ascm_pool_alloc(p, 3 * G, 64, &a) == ASCM_OK);     /* three granules mapped */
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 3 * G && log_mapped(&log) == 3 * G && st.map_calls == 1);
+    CHECK(ascm_pool_alloc(p, 100, 64, &b) == ASCM_OK);        /* a slab: one more granule */
+    CHECK(ascm_pool_alloc(p, 5 * G, 64, &c) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == log_mapped(&log) && st.peak_mapped == st.mapped);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);                   /* 5 granules free: 2 kept */
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == log_mapped(&log) && st.mapped == st.pages_in_use * G + 2 * G);
+    POOL_OK(p);
+    CHECK(ascm_pool_alloc(p, 2 * G, 64, &c) == ASCM_OK);      /* reuses kept granules: no call */
+    int calls = log.calls;
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == log_mapped(&log));
+    log.refuse = 1;                                           /* the backend refuses */
+    uint64_t d;
+    CHECK(ascm_pool_alloc(p, 20 * G, 64, &d) == ASCM_ERR_NOMEM);
+    ascm_stats after;
+    ascm_pool_stats(p, &after);
+    CHECK(after.mapped == st.mapped && after.used == st.used && log_mapped(&log) == st.mapped);
+    CHECK(log.calls > calls);
+    POOL_OK(p);
+    log.refuse = 0;
+    CHECK(ascm_pool_free(p, a) == ASCM_OK && ascm_pool_free(p, b) == ASCM_OK &&
+          ascm_pool_free(p, c) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped <= 2 * G + st.slab_bytes + G && st.mapped == log_mapped(&log));
+    CHECK(ascm_pool_trim(p) > 0);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 0 && log_mapped(&log) == 0 && st.unmap_calls > 0);
+    POOL_OK(p);
+    for (int i = 0; i < 2000; i++) { /* random churn: the hook's view and the pool's agree */
+        uint64_t x;
+        if (ascm_pool_alloc(p, 1 + next_rand() % (3 * G), 64, &x) == ASCM_OK && next_rand() % 3)
+            ascm_pool_free(p, x);
+    }
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == log_mapped(&log) && st.mapped <= st.pages_in_use * G + 2 * G);
+    POOL_OK(p);
+    ascm_pool_reset(p);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 0);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    cfg.page_size = 1024; /* a granule smaller than the unit */
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+}
+
 int main(void) {
     test_buddy_basic();
     test_buddy_random();
@@ -651,6 +737,7 @@ int main(void) {
     test_fork_while_threads_hold_locks();
     test_device_counts_a_failure_once();
     test_pool_spares_count_as_free();
-    printf("%d passed, %d failed\n", failures ? 0 : 14, failures ? 1 : 0);
+    test_paged_pool();
+    printf("%d passed, %d failed\n", failures ? 0 : 15, failures ? 1 : 0);
     return failures ? 1 : 0;
 }

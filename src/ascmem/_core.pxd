@@ -17,6 +17,7 @@ cdef extern from "ascmem.h" nogil:
         uint64_t live_count, alloc_count, free_count, failed_count
         uint64_t pages_in_use, page_size, slab_bytes, metadata_bytes
         uint64_t cached_bytes, peak_live_count
+        uint64_t mapped, peak_mapped, map_calls, unmap_calls
 
     ctypedef struct ascm_buddy:
         pass
@@ -34,11 +35,16 @@ cdef extern from "ascmem.h" nogil:
     ctypedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested)
     ctypedef struct ascm_pool:
         pass
+    ctypedef int (*ascm_map_fn)(void *ctx, uint64_t addr, uint64_t size, int map)
     ctypedef struct ascm_pool_config:
         uint64_t base, size, min_block, page_size
         ascm_charge_fn charge
         void *charge_ctx
         int single_threaded
+        int paged
+        ascm_map_fn map
+        void *map_ctx
+        uint64_t release_threshold
     int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out)
     void ascm_pool_destroy(ascm_pool *p)
     int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
@@ -163,6 +169,7 @@ cdef extern from "ascmem.h" nogil:
 cdef class Pool:
     cdef ascm_pool *_p
     cdef readonly uint64_t base, capacity, min_block, page_size
+    cdef readonly uint64_t granule, release_threshold  # paged pools; 0 for contiguous ones
     # C-level entry points for other Cython extensions (through the type's
     # vtable, so they need no link to this module): no Python call, no GIL.
     # They return an ascm_status (0 = ASCM_OK).

@@ -252,6 +252,8 @@ cdef str _pool_config_problem(ascm_pool_config *c):
         return f"min_block {c.min_block} must be a power of two of at most 2 GiB"
     if page & (page - 1):
         return f"page_size {page} must be a power of two"
+    if c.paged and page < c.min_block:
+        return f"granule {page} must be at least min_block {c.min_block}"
     if c.size == 0 or c.size % c.min_block:
         return f"size {c.size} must be a non-zero multiple of min_block {c.min_block}"
     if c.base % c.min_block:
@@ -266,7 +268,7 @@ cdef str _pool_config_problem(ascm_pool_config *c):
 
 @cython.final
 cdef class Pool:
-    """Pool(size, *, base=0, min_block=4096, page_size=None)
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0)
 --
 
     A pool over the address range [base, base + size): slabs for requests
@@ -274,17 +276,32 @@ cdef class Pool:
 
     ``page_size`` (default ``min_block``) is the page whose use the pool
     counts in ``stats()['pages_in_use']``.
+
+    ``granule`` (a power of two, a multiple of ``min_block``) makes the pool
+    paged: its range is virtual and physical memory is counted as mapped in
+    granules, from a granule's first live byte to its last; up to
+    ``release_threshold`` bytes of free granules stay mapped for reuse.
+    ``stats()`` then has ``mapped``, ``peak_mapped``, ``map_calls`` and
+    ``unmap_calls``; ``trim()`` unmaps the kept granules.
     """
 
-    def __cinit__(self, size, *, base=0, min_block=4096, page_size=None):
+    def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
+                  release_threshold=0):
         cdef ascm_pool_config cfg
         memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
         cfg.base = as_u64(base, "base")
         cfg.min_block = as_u64(min_block, "min_block")
         cfg.page_size = 0 if page_size is None else as_u64(page_size, "page_size")
-        cfg.charge = NULL
-        cfg.charge_ctx = NULL
+        cfg.release_threshold = as_u64(release_threshold, "release_threshold")
+        if granule is not None:
+            cfg.paged = 1
+            if page_size is not None and cfg.page_size != as_u64(granule, "granule"):
+                raise InvalidArgumentError("a paged pool's page is its granule: give one of "
+                                           "page_size and granule")
+            cfg.page_size = as_u64(granule, "granule")
+        elif cfg.release_threshold:
+            raise InvalidArgumentError("release_threshold applies to paged pools: give a granule")
         self._p = NULL
         cdef int st = ascm_pool_create(&cfg, &self._p)
         if st == ASCM_ERR_INVAL:
@@ -295,6 +312,8 @@ cdef class Pool:
         self.capacity = cfg.size
         self.min_block = cfg.min_block
         self.page_size = cfg.page_size if cfg.page_size else cfg.min_block
+        self.granule = self.page_size if cfg.paged else 0
+        self.release_threshold = cfg.release_threshold
 
     def __dealloc__(self):
         if self._p is not NULL:
@@ -384,7 +403,11 @@ cdef class Pool:
         largest_free, cached_bytes, counts, pages, metadata), in bytes."""
         cdef ascm_stats s
         ascm_pool_stats(self._p, &s)
-        return _stats_dict(&s)
+        d = _stats_dict(&s)
+        if self.granule:
+            d.update(mapped=s.mapped, peak_mapped=s.peak_mapped, map_calls=s.map_calls,
+                     unmap_calls=s.unmap_calls)
+        return d
 
     def check(self):
         """Walks every invariant; raises CorruptionError naming a broken one."""
@@ -409,7 +432,8 @@ cdef class Pool:
         ascm_pool_reset_peaks(self._p)
 
     def trim(self):
-        """Gives spare empty slabs back; returns the bytes released."""
+        """Gives spare empty slabs back, and unmaps a paged pool's kept
+        granules; returns the bytes released."""
         return ascm_pool_trim(self._p)
 
     def __contains__(self, addr):

@@ -1,0 +1,131 @@
+/* Paged pools: the range is virtual, and physical memory is mapped under it
+ * in granules (the pool's pages) only where live blocks are.  A granule is
+ * mapped when its first live byte arrives and unmapped when its last one
+ * leaves, except that up to a release threshold of mapped free granules are
+ * kept for reuse (CANN's memory pools keep the same threshold).
+ *
+ * The pool tells which granules change state (pool.c: page_take / page_give
+ * give the contiguous run of pages that gained their first or lost their
+ * last live byte); this file decides map, keep or unmap, calls the backend's
+ * hook and charges the budget for mapped bytes.  Only kept granules need a
+ * bitmap: a granule with a live byte is mapped, one without is mapped iff it
+ * is kept.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+int ascm_paging_init(ascm_paging *g, uint64_t npages, uint64_t base, unsigned pshift,
+                     uint64_t threshold, ascm_map_fn map, void *map_ctx) {
+    memset(g, 0, sizeof *g);
+    g->base = base;
+    g->pshift = pshift;
+    g->threshold_pages = threshold >> pshift;
+    g->map = map;
+    g->map_ctx = map_ctx;
+    return ascm_hbm_init(&g->kept, npages);
+}
+
+void ascm_paging_destroy(ascm_paging *g) { ascm_hbm_destroy(&g->kept); }
+
+static int call_map(ascm_paging *g, uint64_t lo, uint64_t hi, int map) {
+    if (map) g->map_calls++;
+    else g->unmap_calls++;
+    if (!g->map) return 0;
+    return g->map(g->map_ctx, g->base + (lo << g->pshift), (hi - lo) << g->pshift, map);
+}
+
+/* Unmaps [lo, hi): the hook, the charge.  An unmap the backend refuses is
+ * counted; the granules are forgotten either way (nothing is live in them). */
+static void unmap_run(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
+    if (call_map(g, lo, hi, 0) != 0) g->unmap_failures++;
+    if (charge) charge(ctx, -(int64_t)((hi - lo) << g->pshift));
+}
+
+/* Maps the pages of [lo, hi) that are not kept, run by run; on a refusal
+ * unmaps what this call mapped.  Returns the pages mapped, or -1. */
+static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
+    if (!g->kept_count) /* the common case: one call for the whole run */
+        return call_map(g, lo, hi, 1) == 0 ? (int64_t)(hi - lo) : -1;
+    uint64_t mapped = 0, i = lo;
+    while (i < hi) {
+        while (i < hi && ascm_hbm_test(&g->kept, i)) i++;
+        uint64_t run = i;
+        while (i < hi && !ascm_hbm_test(&g->kept, i)) i++;
+        if (i == run) continue;
+        if (call_map(g, run, i, 1) != 0) { /* undo the runs before this one */
+            for (uint64_t j = lo; j < run;) {
+                while (j < run && ascm_hbm_test(&g->kept, j)) j++;
+                uint64_t r = j;
+                while (j < run && !ascm_hbm_test(&g->kept, j)) j++;
+                if (j > r) call_map(g, r, j, 0);
+            }
+            return -1;
+        }
+        mapped += i - run;
+    }
+    return (int64_t)mapped;
+}
+
+int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,
+                        uint64_t in_use) {
+    uint64_t kept = 0;
+    for (uint64_t i = lo; g->kept_count && i < hi; i++) kept += ascm_hbm_test(&g->kept, i);
+    uint64_t fresh = (hi - lo) - kept;
+    if (fresh && charge && charge(ctx, (int64_t)(fresh << g->pshift)) != 0) return ASCM_ERR_BUDGET;
+    if (fresh && map_unkept(g, lo, hi) < 0) {
+        if (charge) charge(ctx, -(int64_t)(fresh << g->pshift));
+        return ASCM_ERR_NOMEM;
+    }
+    for (uint64_t i = lo; kept && i < hi; i++) {
+        if (ascm_hbm_test(&g->kept, i)) {
+            ascm_hbm_clear(&g->kept, i);
+            g->kept_count--;
+        }
+    }
+    /* in_use already counts [lo, hi) */
+    if (in_use + g->kept_count > g->peak_mapped) g->peak_mapped = in_use + g->kept_count;
+    return ASCM_OK;
+}
+
+void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
+    uint64_t room = g->threshold_pages > g->kept_count ? g->threshold_pages - g->kept_count : 0;
+    uint64_t keep = hi - lo < room ? hi - lo : room;
+    for (uint64_t i = lo; i < lo + keep; i++) ascm_hbm_set(&g->kept, i);
+    g->kept_count += keep;
+    if (lo + keep < hi) unmap_run(g, charge, ctx, lo + keep, hi);
+}
+
+uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
+    uint64_t released = g->kept_count << g->pshift;
+    while (ascm_hbm_any(&g->kept)) {
+        uint64_t lo = ascm_hbm_first(&g->kept), hi = lo;
+        while (hi < g->kept.nbits && ascm_hbm_test(&g->kept, hi)) ascm_hbm_clear(&g->kept, hi++);
+        unmap_run(g, charge, ctx, lo, hi);
+    }
+    g->kept_count = 0;
+    return released;
+}
+
+void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t in_use) {
+    if (in_use + g->kept_count) { /* no record of which granules are live: the whole range */
+        call_map(g, 0, g->kept.nbits, 0);
+        if (charge) charge(ctx, -(int64_t)((in_use + g->kept_count) << g->pshift));
+    }
+    ascm_hbm_clear_all(&g->kept);
+    g->kept_count = 0;
+}
+
+int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen) {
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < g->kept.nbits; i++) {
+        if (!ascm_hbm_test(&g->kept, i)) continue;
+        kept++;
+        if (page_used[i])
+            return ascm_fail(msg, msglen, "granule %llu is kept as free but holds a live block",
+                             (unsigned long long)i);
+    }
+    if (kept != g->kept_count) return ascm_fail(msg, msglen, "kept granule count is wrong");
+    if (kept > g->threshold_pages) return ascm_fail(msg, msglen, "more granules kept than the threshold");
+    return ascm_hbm_check(&g->kept, msg, msglen);
+}

@@ -1,0 +1,168 @@
+"""Records real allocation traces of three model families with PyTorch's
+profiler on the CPU, as ../shared/traces/README.md describes for
+pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
+
+  resnet50_multires  ResNet-50 inference (torch.nn, bottleneck blocks as in He
+                     et al. 2015), batch 4, input 224, 320 and 448 pixels in turn
+  encoder_varlen     a BERT-base-sized encoder (nn.TransformerEncoder: 6 layers
+                     of d_model 768, 12 heads, FFN 3072) at batch 1-16 and
+                     sequence length 16-384 drawn at random
+  decoder_kvcache    a GPT-style decoder (8 layers, d_model 512, 8 heads) that
+                     generates 96 tokens after a 64-token prompt for 4 requests
+                     of batch 1-4, its KV cache grown by torch.cat each step
+
+Weights are made before recording, so the traces hold the activations,
+workspaces and caches of inference, as the pipeline trace does.  Needs
+torch (2.13.0 CPU was used):  python scripts/record_traces.py
+"""
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+
+import torch
+from torch import nn
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "src", "ascmem", "examples")
+
+
+def memory_events(fn):
+    """Runs fn under the profiler; the [memory] events, in the profiler's order."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    mem = [e for e in events if e.get("name") == "[memory]"]
+    mem.sort(key=lambda e: e["ts"])  # stable: ties keep the profiler's order
+    return mem
+
+
+def to_csv(mem):
+    """Pairs frees with allocations by address; frees of blocks allocated
+    before recording are dropped."""
+    live, lines, next_id = {}, ["op,id,size"], 0
+    for e in mem:
+        addr, nbytes = e["args"]["Addr"], e["args"]["Bytes"]
+        if nbytes > 0:
+            live[addr] = (next_id, nbytes)
+            lines.append(f"a,{next_id},{nbytes}")
+            next_id += 1
+        elif nbytes < 0 and addr in live:
+            i, n = live.pop(addr)
+            lines.append(f"f,{i},{n}")
+    return "\n".join(lines) + "\n"
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, mid, stride):
+        super().__init__()
+        cout = mid * 4
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+            nn.Conv2d(mid, mid, 3, stride, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+            nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                     if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def resnet50():
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for mid, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, mid, stride if i == 0 else 1))
+            cin = mid * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    return nn.Sequential(*layers).eval()
+
+
+def resnet50_multires():
+    model = resnet50()
+
+    def run():
+        with torch.no_grad():
+            for res in (224, 320, 448, 224, 448, 320):
+                model(torch.randn(4, 3, res, res)).softmax(-1)
+    return run
+
+
+def encoder_varlen():
+    layer = nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True)
+    model = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).eval()
+    rng = random.Random(7)
+    shapes = [(rng.choice((1, 2, 4, 8, 16)), rng.choice((16, 32, 64, 128, 256, 384)))
+              for _ in range(14)]
+
+    def run():
+        with torch.no_grad():
+            for batch, seq in shapes:
+                model(torch.randn(batch, seq, 768)).mean(1)
+    return run
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+    def forward(self, x, cache):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        if cache is not None:  # the KV cache grows by concatenation, one step at a time
+            k, v = torch.cat((cache[0], k), 1), torch.cat((cache[1], v), 1)
+        att = nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=cache is None)
+        x = x + self.out(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff(self.n2(x)), (k, v)
+
+
+def decoder_kvcache():
+    d, vocab = 512, 32000
+    emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+    layers = [DecoderLayer(d, 8).eval() for _ in range(8)]
+
+    def generate(batch):
+        tokens = torch.randint(0, vocab, (batch, 64))
+        caches = [None] * len(layers)
+        x = emb(tokens)
+        for _ in range(96):
+            for i, layer in enumerate(layers):
+                x, caches[i] = layer(x, caches[i])
+            nxt = head(x[:, -1]).argmax(-1, keepdim=True)
+            x = emb(nxt)
+
+    def run():
+        with torch.no_grad():
+            for batch in (1, 4, 2, 3):
+                generate(batch)
+    return run
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    for name, make in (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
+                       ("decoder_kvcache", decoder_kvcache)):
+        if len(sys.argv) > 1 and name not in sys.argv[1:]:
+            continue
+        csv = to_csv(memory_events(make()))
+        path = os.path.join(OUT, name + ".csv.gz")
+        with gzip.GzipFile(path, "wb", mtime=0) as f:
+            f.write(csv.encode())
+        print(f"{name}: {csv.count(chr(10)) - 1} events, {os.path.getsize(path)} bytes gzip")
+
+
+if __name__ == "__main__":
+    main()
