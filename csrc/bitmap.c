@@ -52,3 +52,47 @@ int ascm_hbm_check(const ascm_hbm *h, char *msg, size_t msglen) {
     }
     return ASCM_OK;
 }
+
+/* Bits of word w (level 0) that lie in [lo, hi). */
+static inline uint64_t range_mask(uint64_t w, uint64_t lo, uint64_t hi) {
+    uint64_t mask = ~0ull;
+    if (w == lo >> 6) mask &= ~0ull << (lo & 63);
+    if (w == (hi - 1) >> 6 && (hi & 63)) mask &= ~(~0ull << (hi & 63));
+    return mask;
+}
+
+/* A word at level l - 1 became non-empty (set) or empty (clear): bit i at
+ * level l and up follows. */
+static void mark_upper(ascm_hbm *h, int l, uint64_t i, int set) {
+    for (; l < h->levels; l++) {
+        uint64_t *w = &h->words[l][i >> 6];
+        int was_empty = *w == 0;
+        if (set) *w |= 1ull << (i & 63);
+        else *w &= ~(1ull << (i & 63));
+        if (set ? !was_empty : *w != 0) return;
+        i >>= 6;
+    }
+}
+
+void ascm_hbm_set_range(ascm_hbm *h, uint64_t lo, uint64_t hi) {
+    for (uint64_t w = lo >> 6; lo < hi && w <= (hi - 1) >> 6; w++) {
+        int was_empty = h->words[0][w] == 0;
+        h->words[0][w] |= range_mask(w, lo, hi);
+        if (was_empty) mark_upper(h, 1, w, 1);
+    }
+}
+
+void ascm_hbm_clear_range(ascm_hbm *h, uint64_t lo, uint64_t hi) {
+    for (uint64_t w = lo >> 6; lo < hi && w <= (hi - 1) >> 6; w++) {
+        if (!h->words[0][w]) continue;
+        h->words[0][w] &= ~range_mask(w, lo, hi);
+        if (!h->words[0][w]) mark_upper(h, 1, w, 0);
+    }
+}
+
+uint64_t ascm_hbm_count_range(const ascm_hbm *h, uint64_t lo, uint64_t hi) {
+    uint64_t n = 0;
+    for (uint64_t w = lo >> 6; lo < hi && w <= (hi - 1) >> 6; w++)
+        n += (uint64_t)__builtin_popcountll(h->words[0][w] & range_mask(w, lo, hi));
+    return n;
+}

@@ -83,6 +83,10 @@ void ascm_hbm_destroy(ascm_hbm *h);
 void ascm_hbm_clear_all(ascm_hbm *h);
 uint64_t ascm_hbm_bytes(const ascm_hbm *h);
 int ascm_hbm_check(const ascm_hbm *h, char *msg, size_t msglen);
+/* Runs of bits [lo, hi), a word at a time. */
+void ascm_hbm_set_range(ascm_hbm *h, uint64_t lo, uint64_t hi);
+void ascm_hbm_clear_range(ascm_hbm *h, uint64_t lo, uint64_t hi);
+uint64_t ascm_hbm_count_range(const ascm_hbm *h, uint64_t lo, uint64_t hi);
 
 static inline int ascm_hbm_test(const ascm_hbm *h, uint64_t i) {
     return (int)((h->words[0][i >> 6] >> (i & 63)) & 1u);

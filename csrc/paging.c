@@ -42,10 +42,15 @@ static void unmap_run(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t
     if (charge) charge(ctx, -(int64_t)((hi - lo) << g->pshift));
 }
 
+/* Kept granules in [lo, hi). */
+static inline uint64_t count_kept(const ascm_paging *g, uint64_t lo, uint64_t hi) {
+    return g->kept_count ? ascm_hbm_count_range(&g->kept, lo, hi) : 0;
+}
+
 /* Maps the pages of [lo, hi) that are not kept, run by run; on a refusal
  * unmaps what this call mapped.  Returns the pages mapped, or -1. */
 static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
-    if (!g->kept_count) /* the common case: one call for the whole run */
+    if (!count_kept(g, lo, hi)) /* the common case: one call for the whole run */
         return call_map(g, lo, hi, 1) == 0 ? (int64_t)(hi - lo) : -1;
     uint64_t mapped = 0, i = lo;
     while (i < hi) {
@@ -69,20 +74,15 @@ static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
 
 int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,
                         uint64_t in_use) {
-    uint64_t kept = 0;
-    for (uint64_t i = lo; g->kept_count && i < hi; i++) kept += ascm_hbm_test(&g->kept, i);
+    uint64_t kept = count_kept(g, lo, hi);
     uint64_t fresh = (hi - lo) - kept;
     if (fresh && charge && charge(ctx, (int64_t)(fresh << g->pshift)) != 0) return ASCM_ERR_BUDGET;
     if (fresh && map_unkept(g, lo, hi) < 0) {
         if (charge) charge(ctx, -(int64_t)(fresh << g->pshift));
         return ASCM_ERR_NOMEM;
     }
-    for (uint64_t i = lo; kept && i < hi; i++) {
-        if (ascm_hbm_test(&g->kept, i)) {
-            ascm_hbm_clear(&g->kept, i);
-            g->kept_count--;
-        }
-    }
+    if (kept) ascm_hbm_clear_range(&g->kept, lo, hi); /* they hold live bytes now */
+    g->kept_count -= kept;
     /* in_use already counts [lo, hi) */
     if (in_use + g->kept_count > g->peak_mapped) g->peak_mapped = in_use + g->kept_count;
     return ASCM_OK;
@@ -91,7 +91,7 @@ int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64
 void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
     uint64_t room = g->threshold_pages > g->kept_count ? g->threshold_pages - g->kept_count : 0;
     uint64_t keep = hi - lo < room ? hi - lo : room;
-    for (uint64_t i = lo; i < lo + keep; i++) ascm_hbm_set(&g->kept, i);
+    ascm_hbm_set_range(&g->kept, lo, lo + keep);
     g->kept_count += keep;
     if (lo + keep < hi) unmap_run(g, charge, ctx, lo + keep, hi);
 }

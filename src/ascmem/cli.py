@@ -11,8 +11,11 @@ import json
 import re
 import sys
 
+# shipped workloads and the product each is replayed on by default; the last
+# three are real traces (scripts/record_traces.py), recorded on a CPU
 EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas-training",
-                  "many_small": "atlas-training"}
+                  "many_small": "atlas-training", "resnet50_multires": "atlas-inference-series",
+                  "encoder_varlen": "atlas-a2-inference", "decoder_kvcache": "atlas-a2-inference"}
 
 
 def _mib(n):
@@ -136,7 +139,15 @@ def cmd_replay(args):
     progress = _progress_printer()
     if want_curve and progress is None:
         progress = (lambda i, n: None)
-    if args.allocator == "device":
+    if args.paged or args.granule:
+        if args.allocator not in ("device", "pool") or args.capacity:
+            raise _Usage("--paged replays through a paged pool, whose range is virtual: no "
+                         "--allocator or --capacity with it")
+        granule = args.granule or 2 << 20
+        _check_granule(granule)
+        target = tr.paged_pool(t, granule)
+        where = f"a paged pool ({_kib(granule)} granules)"
+    elif args.allocator == "device":
         if args.capacity:
             raise _Usage("--capacity sizes a pool, buddy or tlsf arena; the device's memory comes "
                          "from --model (and --mode)")
@@ -156,7 +167,7 @@ def cmd_replay(args):
         report = tr.replay(t, target, progress=progress, snapshot=args.snapshot)
     if progress is not None and sys.stdout.isatty():
         sys.stderr.write("\r" + " " * 24 + "\r")
-    if args.allocator == "device":
+    if isinstance(target, ascmem.Device):
         report["device"] = target.budget()
         report["precaution_warnings"] = sorted({str(w.message) for w in caught})
     if args.plot:
@@ -174,12 +185,18 @@ def cmd_replay(args):
         rows.append((f"peak live, {kind or 'all'}", _mib(peak)))
     rows += [
         ("peak live, all kinds", _mib(report["peak_live"])),
-        ("peak held (after rounding)" if args.allocator != "device" else
-         "peak held (CANN-rounded)", _mib(report["peak_used"])),
+        ("peak held (CANN-rounded)" if "device" in report else "peak held (after rounding)",
+         _mib(report["peak_used"])),
         ("failures", f"{report['failures']:,}"),
         ("speed", f"{report['ops_per_sec'] / 1e6:.2f} M events/s"),
     ]
-    if args.allocator == "device":
+    if "peak_mapped" in report:
+        rows += [
+            ("peak mapped", _mib(report["peak_mapped"])),
+            ("physical efficiency", f"{report['physical_efficiency']:.3f}"),
+            ("map / unmap calls", f"{report['map_calls']:,} / {report['unmap_calls']:,}"),
+        ]
+    if "device" in report:
         b = report["device"]
         rows += [
             ("device peak, huge pages", _mib(b["peak_huge"])),
@@ -222,7 +239,24 @@ def cmd_fit(args):
     print(f"ascmem fit: {t.name}: peak live {_mib(peak)}; smallest arena that replays the "
           f"whole trace, found by bisection to {args.resolution // 1024} KiB")
     print(_table(rows, ("allocator", "min capacity", "efficiency")))
+    if args.paged or args.granule:
+        rows = []
+        for g in args.granule or (2 << 20, 64 << 10):
+            _check_granule(g)
+            eff, mapped = tr.physical_efficiency(t, g)
+            rows.append((f"paged pool, {_kib(g)} granules", _mib(mapped), f"{eff:.3f}"))
+        print("physical: a virtual range mapped in granules only where live bytes are")
+        print(_table(rows, ("allocator", "peak mapped", "efficiency")))
     return 0
+
+
+def _check_granule(g):
+    if g & (g - 1) or g < 4096:
+        raise _Usage(f"--granule must be a power of two of at least 4 KiB, not {g}")
+
+
+def _kib(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n >> 10} KiB"
 
 
 # ---- bench --------------------------------------------------------------------------------
@@ -265,6 +299,11 @@ def build_parser():
     s.add_argument("--plot", metavar="FILE.png", help="write live bytes per kind over time")
     s.add_argument("--snapshot", metavar="FILE.pickle",
                    help="write the device at the trace's end in PyTorch's memory-snapshot format")
+    s.add_argument("--paged", action="store_true",
+                   help="replay through a paged pool (a virtual range mapped in granules) and "
+                   "report its physical efficiency: peak live / peak mapped")
+    s.add_argument("--granule", type=_positive_int, default=None,
+                   help="granule of --paged (units allowed: 64KiB; default 2MiB)")
     s.set_defaults(func=cmd_replay)
 
     s = sub.add_parser("snapshot", help="replay on a device, then write PyTorch's "
@@ -281,6 +320,11 @@ def build_parser():
                    help="repeat to compare several (default: all available)")
     s.add_argument("--resolution", type=_positive_int, default=64 * 1024,
                    help="bisection step in bytes (default: %(default)s)")
+    s.add_argument("--paged", action="store_true",
+                   help="also the physical efficiency (peak live / peak mapped) of a paged pool")
+    s.add_argument("--granule", type=_positive_int, action="append",
+                   help="granule of --paged, repeat for several (units allowed; default 2MiB "
+                   "and 64KiB)")
     s.set_defaults(func=cmd_fit)
 
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")

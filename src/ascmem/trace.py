@@ -471,6 +471,11 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         from ascmem.snapshot import save_torch
         save_torch(allocator, snapshot, history)
         report["snapshot"] = str(snapshot)
+    if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
+        stats = allocator.stats()
+        report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
+                      map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
+                      physical_efficiency=peak_live / stats["peak_mapped"] if stats["peak_mapped"] else 0.0)
     # give everything back so that a caller's allocator is left as it was
     for ptr, e in live.values():
         if is_device:
@@ -514,6 +519,25 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
     if fits(trace, allocator, lo):
         return lo
     return hi
+
+
+def paged_pool(trace, granule=2 << 20, release_threshold=0):
+    """A paged Pool for replaying trace: a virtual range far larger than any
+    placement of it needs (at least 64 GiB), mapped in granules."""
+    import ascmem
+    size = max(64 << 30, 16 * trace.peak_live())
+    size = (size + granule - 1) // granule * granule
+    return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
+
+
+def physical_efficiency(trace, granule=2 << 20, release_threshold=0):
+    """Peak live bytes / peak mapped bytes when a paged Pool with this granule
+    replays the trace: how much physical memory a page-mapped pool needs
+    against what the trace holds live at its peak.  Returns (efficiency,
+    peak mapped bytes)."""
+    pool = paged_pool(trace, granule, release_threshold)
+    report = replay(trace, pool)
+    return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 
 
 def efficiency(trace, allocator="pool", resolution=64 * 1024):
