@@ -153,3 +153,39 @@ def test_flags_that_do_nothing_are_usage_errors():
     assert r.returncode == 2 and "--capacity" in r.stderr
     r = run("info", "--model", "atlas-training", "--mode", "RC")  # no RC on training products
     assert r.returncode == 2 and "no RC mode" in r.stderr
+
+
+def test_fit_paged_reports_physical_efficiency():
+    r = run("fit", "--example", "encoder_varlen", "--allocator", "pool", "--paged",
+            "--granule", "2MiB", "--granule", "64KiB", "--resolution", "1MiB")
+    assert r.returncode == 0, r.stderr
+    assert "paged pool, 2 MiB granules" in r.stdout and "paged pool, 64 KiB granules" in r.stdout
+    effs = [float(line.split()[-1]) for line in r.stdout.splitlines() if line.startswith("paged pool")]
+    assert len(effs) == 2 and all(0.9 < e <= 1.0 for e in effs)
+
+
+def test_replay_paged_json():
+    r = run("replay", "--example", "decoder_kvcache", "--paged", "--granule", "64KiB", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["granule"] == 64 << 10 and rep["peak_mapped"] >= rep["peak_live"]
+    assert rep["physical_efficiency"] > 0.95
+
+
+@pytest.mark.parametrize("args,text", [
+    (("replay", "--example", "encoder_varlen", "--paged", "--capacity", "1GiB"), "--paged"),
+    (("replay", "--example", "encoder_varlen", "--paged", "--allocator", "buddy"), "--paged"),
+    (("fit", "--example", "encoder_varlen", "--granule", "3000"), "power of two"),
+])
+def test_paged_usage_errors(args, text):
+    r = run(*args)
+    assert r.returncode == 2 and text in r.stderr
+
+
+def test_real_traces_ship_as_examples():
+    from ascmem import trace
+    for name in ("resnet50_multires", "encoder_varlen", "decoder_kvcache"):
+        t = trace.example(name)
+        allocs = sum(e.op == "a" for e in t.events)
+        frees = sum(e.op == "f" for e in t.events)
+        assert allocs > 500 and frees <= allocs and t.peak_live() > 16 << 20

@@ -1,5 +1,5 @@
-"""The allocator contract, run over every variant ascmem has: Pool,
-BuddyAllocator, and each memory kind of a Device on each backend (sim, host,
+"""The allocator contract, run over every variant ascmem has: Pool (contiguous
+and paged), BuddyAllocator, and each memory kind of a Device on each backend (sim, host,
 acl through the recording stand-in).  Every variant must hand out aligned,
 disjoint blocks at least as large as asked, refuse bad input with a specific
 error and stay intact (check() passes), survive running out, and account for
@@ -62,6 +62,11 @@ VARIANTS = [
     Variant("Pool", lambda: ascmem.Pool(64 * MiB, base=BASE), lambda p, n: p.alloc(n),
             lambda p, a: p.free(a), 64),
     Variant("BuddyAllocator", lambda: ascmem.BuddyAllocator(64 * MiB, base=BASE),
+            lambda p, n: p.alloc(n), lambda p, a: p.free(a), 64),
+    Variant("Pool-paged-64KiB", lambda: ascmem.Pool(64 * MiB, base=BASE, granule=64 << 10),
+            lambda p, n: p.alloc(n), lambda p, a: p.free(a), 64),
+    Variant("Pool-paged-2MiB-kept",
+            lambda: ascmem.Pool(64 * MiB, base=BASE, granule=2 * MiB, release_threshold=8 * MiB),
             lambda p, n: p.alloc(n), lambda p, a: p.free(a), 64),
 ] + [
     Variant(f"Device-{backend}-{kind.name.lower()}", _device(backend), calls[0], calls[1],

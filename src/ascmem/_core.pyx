@@ -300,6 +300,8 @@ cdef class Pool:
                 raise InvalidArgumentError("a paged pool's page is its granule: give one of "
                                            "page_size and granule")
             cfg.page_size = as_u64(granule, "granule")
+            if cfg.page_size == 0:
+                raise InvalidArgumentError("granule must be a power of two, at least min_block")
         elif cfg.release_threshold:
             raise InvalidArgumentError("release_threshold applies to paged pools: give a granule")
         self._p = NULL
