@@ -214,6 +214,13 @@ typedef struct ascm_device_config {
     ascm_budget budget;
     int p2p;              /* P2P policies supported */
     int growable[ASCM_KINDS]; /* the kind exists even with no chunk, and may grow by chunks */
+    /* Non-zero: the device memory kinds freed by aclrtFree (huge, normal,
+     * huge1g) are paged pools, mapped in granules of the kind's page through
+     * `map` (NULL: counted only); the budget counts mapped bytes.  Media and
+     * host memory stay contiguous. */
+    int paged;
+    ascm_map_fn map;
+    uint64_t release_threshold; /* per paged kind: free granules kept mapped, in bytes */
 } ascm_device_config;
 
 #define ASCM_MAX_CHUNKS 64 /* chunks a kind holds at once */
@@ -332,6 +339,10 @@ int ascm_os_quarantine(uint64_t addr, uint64_t size);
 uint64_t ascm_os_resident(uint64_t addr, uint64_t size);
 /* Hands the pages of [addr, addr + size) back to the OS; they read as zero after. */
 int ascm_os_discard(uint64_t addr, uint64_t size);
+/* The host backend's map hook (ascm_map_fn) for paged pools over a reserved
+ * range: map makes granules readable and writable; unmap gives their pages
+ * back to the OS and makes them inaccessible.  ctx is unused. */
+int ascm_os_map(void *ctx, uint64_t addr, uint64_t size, int map);
 /* Calls fn(ctx, addr, size, 0) for each free span of the large-block path. */
 void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx);
 

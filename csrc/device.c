@@ -73,6 +73,9 @@ struct ascm_device {
     int growable[ASCM_KINDS];
     charge_ctx ctx[ASCM_KINDS];
     int p2p;
+    int paged;            /* see ascm_device_config */
+    ascm_map_fn map;
+    uint64_t release_threshold;
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
     kind_totals retired_totals[ASCM_KINDS];
@@ -178,6 +181,11 @@ static int charge(void *vctx, int64_t delta) {
 static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out) {
     ascm_pool_config pc = {.base = base, .size = size, .min_block = d->min_block,
                            .page_size = page_of(d, k)};
+    if (d->paged && ascm_kind(k)->freed_by == ASCM_FREE_DEVICE) {
+        pc.paged = 1;
+        pc.map = d->map;
+        pc.release_threshold = d->release_threshold;
+    }
     if (ascm_kind(k)->device) { /* host memory is not charged to the device */
         pc.charge = charge;
         pc.charge_ctx = &d->ctx[k];
@@ -232,6 +240,9 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     d->b.huge_used = d->b.normal_used = d->b.peak_huge = d->b.peak_normal = 0;
     d->min_block = cfg->min_block;
     d->p2p = cfg->p2p;
+    d->paged = cfg->paged != 0;
+    d->map = cfg->map;
+    d->release_threshold = cfg->release_threshold;
     for (int k = 0; k < ASCM_KINDS; k++) {
         d->base[k] = cfg->base[k];
         d->size[k] = cfg->size[k];
@@ -659,6 +670,10 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
         out->page_size = s.page_size;
         out->slab_bytes += s.slab_bytes;
         out->metadata_bytes += s.metadata_bytes;
+        out->mapped += s.mapped;
+        out->peak_mapped += s.peak_mapped; /* several chunks: an upper bound, as the other peaks */
+        out->map_calls += s.map_calls;
+        out->unmap_calls += s.unmap_calls;
     }
     const kind_totals *r = &d->retired_totals[kind];
     out->alloc_count += r->alloc_count;

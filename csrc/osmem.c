@@ -91,3 +91,13 @@ uint64_t ascm_os_resident(uint64_t addr, uint64_t size) {
 int ascm_os_discard(uint64_t addr, uint64_t size) {
     return madvise((void *)(uintptr_t)addr, size, MADV_DONTNEED) == 0 ? ASCM_OK : ASCM_ERR_INVAL;
 }
+
+int ascm_os_map(void *ctx, uint64_t addr, uint64_t size, int map) {
+    (void)ctx;
+    void *p = (void *)(uintptr_t)addr;
+    if (map) /* pages appear, zeroed, on first touch */
+        return mprotect(p, size, PROT_READ | PROT_WRITE) == 0 ? 0 : 1;
+    /* the pages go back to the OS, then the range refuses access again */
+    int gone = madvise(p, size, MADV_DONTNEED) == 0;
+    return mprotect(p, size, PROT_NONE) == 0 && gone ? 0 : 1;
+}

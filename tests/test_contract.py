@@ -1,6 +1,7 @@
 """The allocator contract, run over every variant ascmem has: Pool (contiguous
-and paged), BuddyAllocator, and each memory kind of a Device on each backend (sim, host,
-acl through the recording stand-in).  Every variant must hand out aligned,
+and paged), BuddyAllocator, each memory kind of a Device on each backend (sim,
+host, acl through the recording stand-in), and the paged kinds of a paged
+Device (sim, host).  Every variant must hand out aligned,
 disjoint blocks at least as large as asked, refuse bad input with a specific
 error and stay intact (check() passes), survive running out, and account for
 every block.  A new variant joins by adding a line to VARIANTS."""
@@ -41,8 +42,8 @@ class Variant:
         return a.usable_size(addr)
 
 
-def _device(backend):
-    kw = {"memory": 4 * GiB}
+def _device(backend, paged=False):
+    kw = {"memory": 4 * GiB, "paged": paged}
     if backend == "acl":
         kw.update(acl_module=fake_acl.make(), pool_sizes={k: 64 * MiB for k in
                                                           ("huge", "normal", "dvpp", "host", "huge1g")})
@@ -72,6 +73,11 @@ VARIANTS = [
     Variant(f"Device-{backend}-{kind.name.lower()}", _device(backend), calls[0], calls[1],
             calls[2], kind, backend == "host")
     for backend in ("sim", "host", "acl") for kind, calls in _KIND_CALLS.items()
+] + [
+    Variant(f"Device-paged-{backend}-{kind.name.lower()}", _device(backend, paged=True), calls[0],
+            calls[1], calls[2], kind, backend == "host")
+    for backend in ("sim", "host") for kind, calls in _KIND_CALLS.items()
+    if kind in (MemKind.HUGE, MemKind.NORMAL, MemKind.HUGE1G)
 ]
 
 

@@ -118,3 +118,81 @@ def test_replay_reports_the_physical_side():
     assert report["peak_mapped"] >= report["peak_live"]
     assert report["physical_efficiency"] == report["peak_live"] / report["peak_mapped"]
     assert report["map_calls"] > 0
+
+
+# ---- Device(paged=True) -----------------------------------------------------------
+
+def _rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_paged_device_gives_pages_back_to_the_os():
+    """Host backend: RSS and the budget follow the live blocks, not the range."""
+    d = ascmem.Device("atlas-a2-training", memory=8 << 30, backend="host", paged=True)
+    assert d.paged and d.budget()["huge_used"] == 0
+    before = _rss()
+    blocks = [d.malloc(32 * MiB, ascmem.Policy.HUGE_ONLY) for _ in range(4)]
+    for b in blocks:
+        d.as_array(b, 32 * MiB)[:] = 7  # touch every page
+    grown = _rss() - before
+    assert grown >= 120 * MiB
+    assert d.budget()["huge_used"] == d.stats()["huge"]["mapped"] >= 128 * MiB
+    for b in blocks:
+        d.free(b)
+    assert _rss() - before < 16 * MiB  # the pages went back at unmap
+    assert d.budget()["huge_used"] == 0 and d.stats()["huge"]["mapped"] == 0
+    d.check()
+    d.close()
+
+
+def test_paged_device_unmapped_memory_is_inaccessible():
+    """Granules with no live block are PROT_NONE: a stray write through an old
+    pointer faults instead of landing in memory another block will get."""
+    import subprocess
+    import sys
+    code = ("import ascmem, ctypes\n"
+            "d = ascmem.Device('atlas-a2-training', memory=8 << 30, backend='host', paged=True)\n"
+            "a = d.malloc(8 << 20, 1); d.free(a)\n"
+            "ctypes.memset(a, 1, 16)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert r.returncode < 0  # killed by SIGSEGV
+
+
+def test_paged_sim_device_counts_mapped_memory():
+    d = ascmem.Device("atlas-a3", memory=8 << 30, paged=True)
+    a = d.malloc(5 * MiB, ascmem.Policy.HUGE_ONLY)
+    s = d.stats()["huge"]
+    assert s["mapped"] == 6 * MiB and s["map_calls"] == 1
+    assert d.budget()["huge_used"] == 6 * MiB
+    free, total = d.get_mem_info(ascmem.MemAttr.HBM_MEM_HUGE)
+    assert total - free == 6 * MiB
+    d.free(a)
+    assert d.stats()["huge"]["mapped"] == 0
+    assert "mapped" not in d.stats()["dvpp"]  # media memory stays contiguous
+    d.check()
+
+
+def test_paged_device_release_threshold_and_empty_cache():
+    d = ascmem.Device("atlas-a2-inference", memory=8 << 30, paged=True,
+                      release_threshold=8 * MiB)
+    d.free(d.malloc(20 * MiB, ascmem.Policy.HUGE_ONLY))
+    assert d.stats()["huge"]["mapped"] == 8 * MiB == d.budget()["huge_used"]
+    assert d.empty_cache() >= 8 * MiB
+    assert d.stats()["huge"]["mapped"] == 0
+    d.check()
+
+
+@pytest.mark.parametrize("model, backend", [("atlas-inference", "sim"),
+                                            ("atlas-inference-series", "host"),
+                                            ("atlas-training", "sim")])
+def test_paged_needs_virtual_memory(model, backend):
+    with pytest.raises(ascmem.UnsupportedError) as e:
+        ascmem.Device(model, backend=backend, paged=True)
+    assert e.value.code == 207000 and "virtual memory" in str(e.value)
+
+
+def test_paged_acl_backend_is_refused_not_faked():
+    import fake_acl
+    with pytest.raises(ascmem.UnsupportedError, match="acl backend"):
+        ascmem.Device("atlas-a2-training", backend="acl", acl_module=fake_acl.make(), paged=True)

@@ -99,6 +99,9 @@ cdef extern from "ascmem.h" nogil:
         ascm_budget budget
         int p2p
         int growable[5]
+        int paged
+        ascm_map_fn map
+        uint64_t release_threshold
     ctypedef struct ascm_device:
         pass
     enum:
@@ -164,6 +167,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_os_discard(uint64_t addr, uint64_t size)
     int ascm_os_quarantine(uint64_t addr, uint64_t size)
     uint64_t ascm_os_resident(uint64_t addr, uint64_t size)
+    int ascm_os_map(void *ctx, uint64_t addr, uint64_t size, int map)
 
 
 cdef class Pool:

@@ -85,6 +85,17 @@ cdef object _opt_u64(object v, str what):
     return None if v is None else as_u64(v, what)
 
 
+cdef _budget_config(ascm_device_config *cfg, object prof, object lay):
+    """The C device's configuration from a profiles.Layout (chunks aside)."""
+    memset(cfg, 0, sizeof(ascm_device_config))
+    cfg.min_block = 4096
+    cfg.p2p = prof.p2p
+    cfg.budget.reserve = lay.reserve
+    cfg.budget.shared = lay.shared
+    cfg.budget.huge_grows = lay.huge_grows
+    cfg.budget.limit = lay.limit
+
+
 @cython.final
 cdef class _DeviceParts:
     """A Device's private state: its parts, and what the front counts itself."""
@@ -97,6 +108,7 @@ cdef class _DeviceParts:
     cdef set warned                  # ASCM_EVENT_* causes warned about
     cdef object oom_callback
     cdef bint closed, job_started
+    cdef bint paged                  # huge, normal and huge1g are paged pools
     cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
 
     def __cinit__(self, _Upstream up, sizes, uint64_t aicpu):
@@ -123,7 +135,7 @@ cdef class _DeviceParts:
 
 @cython.final
 cdef class Device:
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None)
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0)
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -146,13 +158,21 @@ cdef class Device:
     pool that grows by chunks (at least 2 MiB each).
     ``acl_module``: the pyACL module to use with backend="acl" (default:
     ``import acl``).
+    ``paged``: the device memory kinds freed by free() (huge, normal,
+    huge1g) become virtual ranges with physical memory mapped in granules of
+    the kind's page only where live blocks are; the budget counts mapped
+    bytes.  Products with virtual memory management only (Atlas A2, A3);
+    backends sim (counted) and host (PROT_NONE reservations, pages given back
+    to the OS on unmap).
+    ``release_threshold``: with paged, bytes of free granules each kind keeps
+    mapped for reuse (trimmed by empty_cache()).
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
 
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
-                  limit=None, pool_sizes=None, acl_module=None):
+                  limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0):
         self._d = NULL
         self.profile = _profiles.get(model)
         self.mode = _profiles.mode_of(self.profile, mode)
@@ -177,13 +197,9 @@ cdef class Device:
         if pool_sizes:
             parts.growth.set_pool_sizes(pool_sizes)
         cdef ascm_device_config cfg
-        memset(&cfg, 0, sizeof(cfg))
-        cfg.min_block = 4096
-        cfg.p2p = self.profile.p2p
-        cfg.budget.reserve = lay.reserve
-        cfg.budget.shared = lay.shared
-        cfg.budget.huge_grows = lay.huge_grows
-        cfg.budget.limit = lay.limit
+        _budget_config(&cfg, self.profile, lay)
+        if paged:
+            _paged_config(&cfg, self, parts, as_u64(release_threshold, "release_threshold"))
         parts.growth.configure(&cfg)  # takes the first chunks
         if ascm_device_create(&cfg, &self._d) != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
@@ -601,6 +617,9 @@ cdef class Device:
             if ascm_device_has_kind(self._d, k):
                 ascm_device_kind_stats(self._d, k, &s)
                 d = _stats_dict(&s)
+                if parts.paged and ascm_kind(k).freed_by == ASCM_FREE_DEVICE:
+                    d.update(mapped=s.mapped, peak_mapped=s.peak_mapped, map_calls=s.map_calls,
+                             unmap_calls=s.unmap_calls)
                 d["chunks"] = ascm_device_chunk_count(self._d, k)
                 d.update(parts.growth.kind_stats(k))
                 out[MemKind(k).name.lower()] = d
@@ -654,10 +673,38 @@ cdef class Device:
             raise CorruptionError(f"huge pages charged {self.budget()['huge_used']} != pages "
                                   f"in use {pages}")
 
+    @property
+    def paged(self):
+        """Whether the device memory kinds are paged pools (Device(paged=True))."""
+        return (<_DeviceParts>self._parts).paged
+
     def __repr__(self):
         closed = (<_DeviceParts>self._parts).closed if self._parts is not None else False
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
                 f"backend={self.backend}{' closed' if closed else ''}>")
+
+
+cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint64_t threshold):
+    """Device(paged=True): the kinds free() frees become paged pools, if the
+    product has virtual memory management (profiles [V]); never a silent
+    fallback to contiguous pools."""
+    prof = dev.profile
+    if not prof.virtual_memory:
+        raise UnsupportedError(f"paged=True: {prof.title} has no virtual memory management "
+                               f"(aclrtReserveMemAddress and aclrtMapMem are documented for Atlas "
+                               f"A2, A3 and Ascend 950 only)")
+    if dev.backend == "acl":
+        raise UnsupportedError("paged=True is not built for the acl backend yet (it needs "
+                               "aclrtMapMem called without the pools' locks held); use "
+                               "backend='sim' or 'host'")
+    cfg.paged = 1
+    cfg.release_threshold = threshold
+    cfg.map = NULL  # sim: counted, nothing mapped
+    if parts.up.readable:
+        cfg.map = ascm_os_map
+    parts.up.paged_kinds = frozenset(k for k in range(ASCM_KINDS)
+                                     if ascm_kind(k).freed_by == ASCM_FREE_DEVICE)
+    parts.paged = True
 
 
 def _pluggable_register(int index, Device device=None):

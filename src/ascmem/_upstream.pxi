@@ -67,6 +67,7 @@ cdef class _Upstream:
     cdef list _quarantine        # host: [(base, size)] retired, reserved, inaccessible
     cdef uint64_t _device_id     # sim: which device's ranges
     cdef uint64_t _epoch         # sim: first_chunks calls so far (resets + 1)
+    cdef public frozenset paged_kinds  # kinds whose chunks are mapped in granules by the pools
 
     def __cinit__(self, *args, **kwargs):
         self.held = [[] for _ in range(ASCM_KINDS)]
@@ -74,6 +75,7 @@ cdef class _Upstream:
         self.readable = False
         self.pages = {}
         self._quarantine = []
+        self.paged_kinds = frozenset()
 
     def first_chunks(self, sizes):
         """Each kind's first chunk (size 0: none, base 0), all or nothing: if
@@ -177,6 +179,10 @@ cdef class _HostUpstream(_RealUpstream):
             raise UpstreamError(f"the OS refused {_fmt_bytes(size)} of address space for "
                                 f"{MemKind(k).name} memory")
         self.pages.setdefault(k, got)
+        if k in self.paged_kinds and ascm_os_map(NULL, addr, size, 0) != 0:
+            ascm_os_release(addr, size)  # a paged chunk starts unmapped: no access, no memory
+            raise UpstreamError(f"the OS refused to protect {_fmt_bytes(size)} of reserved "
+                                f"{MemKind(k).name} address space")
         self.held[k].append((addr, size))
         return addr
 

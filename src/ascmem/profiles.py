@@ -18,6 +18,11 @@ Sources (CANN documentation unless noted):
        (Ascend 910) 32 GB HBM; Atlas 800T A2: eight 910B with 64 GB HBM each.
   [S]  Atlas A2/A3 products load a system package of about 300 MB on the first job
        instead of the AI CPU operator cache (CANN release notes / field reports).
+  [V]  Virtual memory management (aclrtReserveMemAddress, aclrtMallocPhysical,
+       aclrtMapMem, aclrtMemGetAllocationGranularity): Ascend 950PR/950DT, Atlas
+       A3 and Atlas A2 training and inference series only (hicann/runtime,
+       docs/api_docs/aclrtReserveMemAddress.md lines 5-9, and the same table on
+       each of the others' pages).
 Numbers per device are per chip (one Ascend device id).
 """
 
@@ -49,6 +54,12 @@ class Profile:
     @property
     def default_mode(self):
         return self.modes[0]
+
+    @property
+    def virtual_memory(self):
+        """The runtime can reserve address space and map physical memory
+        under it in granules, so paged pools are possible [V]."""
+        return self.name in _VIRTUAL_MEMORY
 
     def huge_reserve(self, free_os_memory=None):
         """Huge-page reserve: 25% of free OS memory, rounded down to 2 MiB [P]."""
@@ -82,6 +93,8 @@ _PROFILES = [
             MEDIA_WINDOW, True, True,
             "[M][A] P2P and HUGE1G; 64 GB per device id assumed as on A2 (not verified)"),
 ]
+
+_VIRTUAL_MEMORY = frozenset({"atlas-a2-training", "atlas-a2-inference", "atlas-a3"})  # [V]
 
 _BY_NAME = {}
 for _p in _PROFILES:
