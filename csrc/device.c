@@ -210,6 +210,10 @@ static int make_pools(ascm_device *d) {
 }
 
 static void drop_pool(ascm_pool *p) {
+    /* the range goes with the pool (a reset retires it, a closed device gave
+     * it back already, and the OS may have handed it to someone else): no
+     * unmapping, only the accounting */
+    ascm_pool_detach_mapping(p);
     ascm_pool_reset(p); /* gives its pages back to the budget */
     ascm_pool_destroy(p);
 }

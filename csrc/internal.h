@@ -303,6 +303,7 @@ struct ascm_pool {
     ascm_charge_fn charge;
     void *charge_ctx;
     ascm_paging *paging;  /* paged pools only (paging.c) */
+    ascm_addrmap asleep;  /* paged pools: large blocks put to sleep (first unit -> 1) */
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */

@@ -179,6 +179,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
     int maps = ascm_map_init(&p->blocks) == ASCM_OK;
     maps = (ascm_map_init(&p->slabmap) == ASCM_OK) && maps;
+    if (cfg->paged && ascm_map_init(&p->asleep) != ASCM_OK) maps = 0;
     if (cfg->paged && (p->paging = malloc(sizeof *p->paging)) != NULL &&
         ascm_paging_init(p->paging, p->npages, p->base, p->pshift, cfg->release_threshold, cfg->map,
                          cfg->map_ctx) != ASCM_OK) {
@@ -209,6 +210,7 @@ void ascm_pool_destroy(ascm_pool *p) {
     if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
     if (p->paging) ascm_paging_destroy(p->paging);
     free(p->paging);
+    ascm_map_destroy(&p->asleep);
     free(p);
 }
 
@@ -301,7 +303,8 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
         usable = (uint64_t)blk->len << p->gshift;
         requested = usable - blk->slack;
-        discharge_block(p, blk);
+        if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, (uint32_t)(off >> p->gshift)))
+            discharge_block(p, blk); /* a sleeping block's pages were given at sleep */
         flush_last_freed(p);
         p->last_freed = node;
     } else {
@@ -515,6 +518,7 @@ void ascm_pool_reset(ascm_pool *p) {
     p->last_freed = ASCM_NODE_NONE;
     ascm_map_clear(&p->blocks);
     ascm_map_clear(&p->slabmap);
+    if (p->asleep.slots) ascm_map_clear(&p->asleep);
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
     if (p->paging) p->paging->peak_mapped = 0;
@@ -576,12 +580,48 @@ int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t 
     return st;
 }
 
+/* The fit node of the live large block at addr, or 0. */
+static uint32_t large_block_at(const ascm_pool *p, uint64_t addr) {
+    if (addr < p->base || addr - p->base >= p->size || ((addr - p->base) & (p->gran - 1))) return 0;
+    return ascm_map_get(&p->blocks, (uint32_t)((addr - p->base) >> p->gshift));
+}
+
+int ascm_pool_sleep(ascm_pool *p, uint64_t addr) {
+    ascm_pool_lock(p);
+    uint32_t node = p->paging ? large_block_at(p, addr) : 0;
+    uint32_t unit = (uint32_t)((addr - p->base) >> p->gshift);
+    int st = node && !ascm_map_get(&p->asleep, unit) ? ascm_map_reserve(&p->asleep, 1) : ASCM_ERR_INVAL;
+    if (st == ASCM_OK) {
+        discharge_block(p, &p->fit.nodes[node]);
+        ascm_map_put(&p->asleep, unit, 1);
+    }
+    ascm_pool_unlock(p);
+    return st;
+}
+
+void ascm_pool_detach_mapping(ascm_pool *p) {
+    ascm_pool_lock(p);
+    if (p->paging) p->paging->map = NULL;
+    ascm_pool_unlock(p);
+}
+
+int ascm_pool_wake(ascm_pool *p, uint64_t addr) {
+    ascm_pool_lock(p);
+    uint32_t node = p->paging ? large_block_at(p, addr) : 0;
+    uint32_t unit = (uint32_t)((addr - p->base) >> p->gshift);
+    int st = node && ascm_map_get(&p->asleep, unit) ? charge_block(p, &p->fit.nodes[node]) : ASCM_ERR_INVAL;
+    if (st == ASCM_OK) ascm_map_take(&p->asleep, unit);
+    ascm_pool_unlock(p);
+    return st;
+}
+
 int ascm_pool_close_if_empty(ascm_pool *p) {
     ascm_pool_lock(p);
     int empty = p->live_count == 0;
     if (empty) {
         flush_last_freed(p);
         ascm_slab_trim(p);
+        if (p->paging) ascm_paging_trim(p->paging, p->charge, p->charge_ctx); /* kept granules too */
         p->closed = 1;
     }
     ascm_pool_unlock(p);
@@ -622,7 +662,7 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         free(page_used);
         return ASCM_ERR_HOSTMEM;
     }
-    uint64_t large = 0;
+    uint64_t large = 0, asleep_seen = 0;
     if (p->last_freed) {
         const ascm_fit_node *n = p->last_freed < p->fit.nused ? &p->fit.nodes[p->last_freed] : NULL;
         if (!n || !n->len || n->is_free || n->is_slab || ascm_map_get(&p->blocks, n->off) != 0)
@@ -633,13 +673,20 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         if (!n->len || n->is_free || i == p->last_freed) continue; /* recycled, free or kept */
         uint64_t off = (uint64_t)n->off << p->gshift, len = (uint64_t)n->len << p->gshift;
         uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
-        if (page_used) memset(page_used + first, 1, last - first + 1);
-        if (p->page_refs) {
-            refs[first]++;
-            if (last != first) refs[last]++;
-            pages += last > first + 1 ? last - first - 1 : 0;
+        if (p->asleep.count && ascm_map_get(&p->asleep, n->off)) { /* holds no page */
+            if (n->is_slab || ascm_map_get(&p->blocks, n->off) != i)
+                st = ascm_fail(msg, msglen, "a sleeping block at unit %llu is not a live large "
+                               "block", (unsigned long long)n->off);
+            asleep_seen++;
         } else {
-            pages += len >> p->pshift;
+            if (page_used) memset(page_used + first, 1, last - first + 1);
+            if (p->page_refs) {
+                refs[first]++;
+                if (last != first) refs[last]++;
+                pages += last > first + 1 ? last - first - 1 : 0;
+            } else {
+                pages += len >> p->pshift;
+            }
         }
         if (n->is_slab) continue; /* slab_check matches slabs with slabmap */
         if (ascm_map_get(&p->blocks, n->off) != i) {
@@ -654,6 +701,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         used += len;
         requested += len - n->slack;
     }
+    if (st == ASCM_OK && asleep_seen != p->asleep.count)
+        st = ascm_fail(msg, msglen, "the sleeping-block map holds blocks that are not live");
     if (st == ASCM_OK && large != p->blocks.count)
         st = ascm_fail(msg, msglen, "block map holds %u entries for %llu blocks", p->blocks.count,
                        (unsigned long long)large);

@@ -196,3 +196,31 @@ def test_paged_acl_backend_is_refused_not_faked():
     import fake_acl
     with pytest.raises(ascmem.UnsupportedError, match="acl backend"):
         ascmem.Device("atlas-a2-training", backend="acl", acl_module=fake_acl.make(), paged=True)
+
+
+def test_a_closed_paged_device_never_touches_its_old_range():
+    """Regression: destroying a closed paged device unmapped its whole range
+    again, after the OS had handed those addresses to Python's own heap
+    (seen as a crash in the garbage collector)."""
+    import subprocess
+    import sys
+    code = ("import gc, ascmem\n"
+            "d = ascmem.Device('atlas-a2-training', memory=8 << 30, backend='host', paged=True)\n"
+            "blocks = [d.malloc(16 << 20) for _ in range(4)]\n"
+            "d.close()\n"
+            "junk = [list(range(100)) for _ in range(200000)]\n"
+            "del d\n"
+            "gc.collect()\n"
+            "print(sum(len(j) for j in junk))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "20000000", r.stderr[-2000:]
+
+
+def test_growing_paged_kind_gives_kept_granules_back_with_idle_chunks():
+    d = ascmem.Device("atlas-a2-training", memory=8 << 30, backend="host", paged=True,
+                      release_threshold=8 * MiB, pool_sizes={"normal": (4 * MiB, 64 * MiB)})
+    a = d.malloc(6 * MiB, ascmem.Policy.NORMAL_ONLY)  # a second chunk
+    d.free(a)
+    d.empty_cache()  # idle chunks go back: their kept granules must leave the budget
+    assert d.budget()["normal_used"] == 0
+    d.check()

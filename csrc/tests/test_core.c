@@ -717,6 +717,39 @@ static void test_paged_pool(void) {
     ascm_pool_stats(p, &st);
     CHECK(st.mapped == 0);
     POOL_OK(p);
+    /* sleep: a large block gives its granules back but keeps its address */
+    uint64_t big, small, other;
+    CHECK(ascm_pool_alloc(p, 6 * G + 100, 64, &big) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 100, 64, &small) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    uint64_t awake = st.mapped;
+    CHECK(ascm_pool_sleep(p, big) == ASCM_OK);
+    CHECK(ascm_pool_sleep(p, big) == ASCM_ERR_INVAL);   /* asleep already */
+    CHECK(ascm_pool_sleep(p, small) == ASCM_ERR_INVAL); /* a slab slot */
+    CHECK(ascm_pool_wake(p, small) == ASCM_ERR_INVAL);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped < awake && st.mapped == log_mapped(&log) && st.live_count == 2);
+    POOL_OK(p);
+    CHECK(ascm_pool_alloc(p, 3 * G, 64, &other) == ASCM_OK); /* lands elsewhere */
+    uint64_t big_len;
+    CHECK(ascm_pool_usable_size(p, big, &big_len) == ASCM_OK && big_len >= 6 * G + 100);
+    CHECK(other >= big + big_len || other + 3 * G <= big); /* never inside the sleeper */
+    log.refuse = 1;
+    CHECK(ascm_pool_wake(p, big) == ASCM_ERR_NOMEM); /* refused: still asleep */
+    log.refuse = 0;
+    POOL_OK(p);
+    CHECK(ascm_pool_wake(p, big) == ASCM_OK);
+    CHECK(ascm_pool_wake(p, big) == ASCM_ERR_INVAL);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == log_mapped(&log));
+    POOL_OK(p);
+    CHECK(ascm_pool_sleep(p, big) == ASCM_OK);
+    CHECK(ascm_pool_free(p, big) == ASCM_OK); /* freeing a sleeping block */
+    CHECK(ascm_pool_free(p, small) == ASCM_OK && ascm_pool_free(p, other) == ASCM_OK);
+    ascm_pool_trim(p);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 0 && st.live_count == 0 && log_mapped(&log) == 0);
+    POOL_OK(p);
     ascm_pool_destroy(p);
     cfg.page_size = 1024; /* a granule smaller than the unit */
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);

@@ -97,6 +97,7 @@ cdef _budget_config(ascm_device_config *cfg, object prof, object lay):
 
 
 @cython.final
+@cython.no_gc_clear  # Device.__dealloc__ reads it (a cycle through oom_callback is cleared at the Device)
 cdef class _DeviceParts:
     """A Device's private state: its parts, and what the front counts itself."""
     cdef _Growth growth
@@ -104,6 +105,7 @@ cdef class _DeviceParts:
     cdef _StreamLedger ledger
     cdef _ViewRegistry views
     cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
+    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
     cdef dict counters               # stats()["device"] counters
     cdef set warned                  # ASCM_EVENT_* causes warned about
     cdef object oom_callback
@@ -118,6 +120,7 @@ cdef class _DeviceParts:
         self.growth = _Growth(up, sizes, self.counters)
         self.ledger = _StreamLedger(up)
         self.views = _ViewRegistry()
+        self.tags = _TagRegistry()
         if up.readable and os.environ.get("ASCMEM_DEBUG", "") == "1":
             self.guards = _GuardBytes()
         self.warned = set()
@@ -129,6 +132,7 @@ cdef class _DeviceParts:
         self.job_started = False
         self.reused_bytes = self.reuse_count = 0
         self.ledger.clear()
+        self.tags.clear()
         if self.guards is not None:
             self.guards.clear()
 
@@ -213,6 +217,7 @@ cdef class Device:
         cdef _DeviceParts parts = self._parts
         cdef ascm_pool *p
         if self._d is not NULL:
+            # the collector may have cleared the ledger's own fields (None)
             warn = parts is not None and not parts.closed and not parts.ledger.by_addr
             for k in range(ASCM_KINDS):
                 for i in range(ascm_device_chunk_count(self._d, k)):
@@ -237,37 +242,41 @@ cdef class Device:
         cdef int kind
         return ascm_device_free(self._d, addr, _DEVICE_MASK, &kind)
 
-    def malloc(self, size, policy=0, stream=None):
+    def malloc(self, size, policy=0, stream=None, tag=None):
         """aclrtMalloc: ALIGN_UP(size, 32) + 32 bytes at a 64-byte boundary.
         With a stream, a block that stream alone freed, of the size this
-        request gets, is handed back at once."""
+        request gets, is handed back at once.  With a tag, the block joins
+        that group for sleep() and wake()."""
         cdef uint64_t addr = 0
         cdef int kind = -1, events = 0
-        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_MALLOC, stream, &addr, &kind, &events)
+        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_MALLOC, stream, tag, &addr, &kind,
+                                       &events)
         if st == ASCM_OK and not events:
             return addr
-        return _alloc(self, size, policy, ASCM_SIZE_MALLOC, stream, "malloc", st, addr, kind, events)
+        return _alloc(self, size, policy, ASCM_SIZE_MALLOC, stream, tag, "malloc", st, addr, kind,
+                      events)
 
-    def malloc_align32(self, size, policy=0, stream=None):
+    def malloc_align32(self, size, policy=0, stream=None, tag=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
         cdef uint64_t addr = 0
         cdef int kind = -1, events = 0
-        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_ALIGN32, stream, &addr, &kind, &events)
+        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_ALIGN32, stream, tag, &addr,
+                                       &kind, &events)
         if st == ASCM_OK and not events:
             return addr
-        return _alloc(self, size, policy, ASCM_SIZE_ALIGN32, stream, "malloc_align32", st, addr, kind,
-                      events)
+        return _alloc(self, size, policy, ASCM_SIZE_ALIGN32, stream, tag, "malloc_align32", st, addr,
+                      kind, events)
 
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""
         # a few calls per frame: the general path (it makes the one try), not
         # the inline first try of malloc, which runs per tensor
-        return _alloc(self, size, 0, ASCM_SIZE_DVPP, stream, "dvpp_malloc", -1, 0, -1, 0)
+        return _alloc(self, size, 0, ASCM_SIZE_DVPP, stream, None, "dvpp_malloc", -1, 0, -1, 0)
 
     def malloc_host(self, size):
         """aclrtMallocHost: host memory at a 64-byte boundary."""
-        return _alloc(self, size, 0, ASCM_SIZE_HOST, None, "malloc_host", -1, 0, -1, 0)
+        return _alloc(self, size, 0, ASCM_SIZE_HOST, None, None, "malloc_host", -1, 0, -1, 0)
 
     def free(self, ptr, stream=None):
         """aclrtFree for malloc/malloc_align32 memory.  With a stream (or after
@@ -338,6 +347,26 @@ cdef class Device:
         _free_released(self, done)
         return len(done)
 
+    # ---- sleep and wake (paged devices) --------------------------------------------
+
+    def sleep(self, tag, keep=True):
+        """Gives the physical memory of the blocks allocated with tag back
+        (their granules are unmapped where no awake block shares them; budget
+        and, on the host backend, resident memory drop) while they keep their
+        addresses.  keep: save their contents in host memory for wake();
+        False discards them.  Other tags go on allocating and freeing; a
+        sleeping block may be freed; a view of one is refused.  Blocks of 32
+        KiB or less share slabs with other blocks and stay resident.  Returns
+        the bytes given back.  Needs Device(paged=True)."""
+        return _sleep_tag(self, tag, keep)
+
+    def wake(self, tag):
+        """Maps a sleeping tag's blocks again at the same addresses and puts
+        back the contents sleep(keep=True) saved.  All or nothing: if the
+        device has no room, the tag stays asleep and OutOfMemoryError is
+        raised.  Returns the bytes mapped."""
+        return _wake_tag(self, tag)
+
     def pending_bytes(self):
         """Bytes of blocks freed on a stream and waiting for it."""
         return (<_DeviceParts>self._parts).ledger.pending_bytes
@@ -365,6 +394,9 @@ cdef class Device:
                                    f"read; use backend='host'")
         if p is NULL or parts.ledger.waits(a) or ascm_pool_requested_size(p, a, &usable) != ASCM_OK:
             raise InvalidFreeError(f"{a:#x} is not the start of a live block")
+        if parts.tags.asleep_tag(a) is not None:
+            raise InvalidArgumentError(f"buffer: {a:#x} belongs to tag "
+                                       f"{parts.tags.asleep_tag(a)!r}, which is asleep: wake it first")
         if parts.guards is not None:
             usable = parts.guards.requested(a, usable)
         n = usable if nbytes is None else as_u64(nbytes, "nbytes")
@@ -628,6 +660,7 @@ cdef class Device:
                              reserve_used=min(b["huge_used"], b["reserve"]),
                              reused_bytes=parts.reused_bytes, reuse_count=parts.reuse_count,
                              pending_bytes=parts.ledger.pending_bytes, closed=parts.closed,
+                             asleep_bytes=parts.tags.asleep_bytes(self._d),
                              **parts.counters)
         return out
 

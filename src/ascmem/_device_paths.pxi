@@ -8,32 +8,38 @@
 # ---- the one allocate path -----------------------------------------------------
 
 cdef inline int _alloc_first_try(Device dev, object size, object policy, int mode, object stream,
-                                 uint64_t *addr, int *kind, int *events) except -2:
+                                 object tag, uint64_t *addr, int *kind, int *events) except -2:
     """The first try of every Device allocation call, inline in each (its
-    mode a constant): the C device's status, or -1 when a stream or debug
-    mode needs the general path first.  _alloc goes on from it: the request
+    mode a constant): the C device's status, or -1 when a stream, a tag or
+    debug mode needs the general path first.  _alloc goes on from it: the request
     is tried once, whatever path it takes."""
-    if stream is not None or (<_DeviceParts>dev._parts).guards is not None:
+    if stream is not None or tag is not None or (<_DeviceParts>dev._parts).guards is not None:
         return -1
     return ascm_device_try_malloc_held(dev._d, as_u64(size, "size"), _policy(policy), mode, addr,
                                        kind, events)
 
 
-cdef object _alloc(Device dev, object size, object policy, int mode, object stream, str call,
-                   int st, uint64_t addr, int kind, int events):
+cdef object _alloc(Device dev, object size, object policy, int mode, object stream, object tag,
+                   str call, int st, uint64_t addr, int kind, int events):
     """An allocation after _alloc_first_try, or the whole of one: st is the
     status of the first try of the whole size (-1: not tried yet).
     Same-stream reuse, then the C device, then the slow path (retries,
-    out-of-memory error); guard bytes in debug mode."""
+    out-of-memory error); guard bytes in debug mode; the tag."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef uint64_t want, n = as_u64(size, "size")
     cdef uint32_t pol = _policy(policy)
+    if tag is not None:
+        _check_tag(tag)
+        if tag in parts.tags.sleeping:
+            raise InvalidArgumentError(f"{call}: tag {tag!r} is asleep: wake it first")
     if st == -1:
         if stream is not None:
             _check_stream(stream)
             # debug mode re-checks guard bytes at every real free: no reuse
             addr = parts.ledger.reuse(dev._d, stream, n, pol, mode) if parts.guards is None else 0
             if addr:
+                if tag is not None:
+                    parts.tags.add(addr, tag)
                 return addr
         # debug mode asks for the guard bytes too; a size no device has is
         # left as it is (routing refuses it) so that adding them cannot wrap
@@ -46,6 +52,8 @@ cdef object _alloc(Device dev, object size, object policy, int mode, object stre
     if st != ASCM_OK:  # media and host calls take no policy: their messages show none
         addr = _alloc_slow(dev, st, want, pol, mode, kind,
                            policy if mode <= ASCM_SIZE_ALIGN32 else None, call)
+    if tag is not None:
+        parts.tags.add(addr, tag)
     if parts.guards is not None:
         return parts.guards.place(addr, n)
     return addr
@@ -90,12 +98,13 @@ cdef inline uint32_t _policy(object policy) except? 0xFFFFFFFF:
 
 cdef inline object _device_free(Device dev, object ptr, unsigned mask, object stream, str call):
     """The free path of every Device free call: inline when no stream, view,
-    guard or earlier stream free is involved (one test each); else
+    guard, tag or earlier stream free is involved (one test each); else
     _free_slow."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef int kind, st
     cdef uint64_t a = as_u64(ptr, "pointer")
-    if stream is not None or parts.ledger.tracked or parts.views.live or parts.guards is not None:
+    if stream is not None or parts.ledger.tracked or parts.views.live or parts.tags.tracked or \
+            parts.guards is not None:
         return _free_slow(dev, a, mask, stream, call)
     st = ascm_device_free_held(dev._d, a, mask, &kind)
     if st != ASCM_OK:
@@ -121,6 +130,7 @@ cdef _free_slow(Device dev, uint64_t addr, unsigned mask, object stream, str cal
                                f"view(s); drop them (del / release()) before freeing")
     if p is NULL or not (mask >> k) & 1 or ascm_pool_usable_size(p, addr, &usable) != ASCM_OK:
         _raise(ASCM_ERR_BADFREE, _bad_pointer(dev, addr, k, call, mask))
+    parts.tags.forget(addr)  # the block is no longer the caller's, whenever it is freed
     if parts.ledger.defer(addr, mask, stream, usable, k):
         return
     _free_when_open(dev, addr, mask, &k, call)

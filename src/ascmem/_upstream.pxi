@@ -51,6 +51,7 @@ class UpstreamError(AscmemError):
     the runtime's."""
 
 
+@cython.no_gc_clear  # close() must find the chunks whenever it runs (see above)
 cdef class _Upstream:
     """The chunks a device holds, per kind, as (base, size) in the order taken.
     This base class is the sim backend's upstream: it hands out no memory, only
@@ -58,7 +59,11 @@ cdef class _Upstream:
 
     Every field lives here, none in the subclasses: the base class's
     deallocation runs close(), which must still find them (Cython clears a
-    subclass's fields before the base's __dealloc__ runs)."""
+    subclass's fields before the base's __dealloc__ runs).  The garbage
+    collector may not clear them either (no_gc_clear): collecting a Device
+    in a cycle collects everything only it reaches, this included, and a
+    cleared list of chunks would leak them.  Nothing here refers back to a
+    Device, so no cycle runs through an upstream."""
     cdef readonly list held      # per kind: [(base, size), ...]
     cdef readonly str name
     cdef readonly bint readable  # the host can read and write the memory
@@ -141,6 +146,7 @@ cdef class _Upstream:
             pass
 
 
+@cython.no_gc_clear
 cdef class _RealUpstream(_Upstream):
     """An upstream with memory behind its chunks (host, acl)."""
 
@@ -158,6 +164,7 @@ cdef class _RealUpstream(_Upstream):
         return got
 
 
+@cython.no_gc_clear
 cdef class _HostUpstream(_RealUpstream):
     """Real memory from mmap; huge kinds 2 MiB-aligned, on huge pages if the
     OS has them.  A chunk retired by a reset stays reserved as inaccessible
@@ -215,6 +222,7 @@ cdef class _HostUpstream(_RealUpstream):
         ascm_os_release(base, size)
 
 
+@cython.no_gc_clear
 cdef class _AclUpstream(_RealUpstream):
     """Chunks from the CANN runtime through pyACL (aclrtMalloc with the kind's
     policy, acldvppMalloc, aclrtMallocHost), sub-allocated by ascmem as CANN

@@ -58,7 +58,7 @@ cdef class _BlockBuffer:
         self.nbytes = nbytes
 
     def __getbuffer__(self, Py_buffer *view, int flags):
-        if self.views.closed:
+        if self.views is None or self.views.closed:
             raise DeviceClosedError("the device of this buffer is closed")
         self.shape[0] = <Py_ssize_t>self.nbytes
         view.buf = <void *><size_t>self.addr
@@ -75,7 +75,8 @@ cdef class _BlockBuffer:
         self.views.add(self.addr)
 
     def __releasebuffer__(self, Py_buffer *view):
-        self.views.remove(self.addr)
+        if self.views is not None:  # None: the collector cleared it, in a cycle going away
+            self.views.remove(self.addr)
 
 
 @cython.final
