@@ -312,6 +312,7 @@ struct ascm_pool {
     uint64_t hot_off, hot_len; /* the slab of the last slab free, [off, off + len): */
     uint32_t hot_slab;         /* frees next to it skip both map probes (pool.c) */
     uint32_t nslabs_cap, nslabs_used, slab_recycled;
+    uint32_t empty_slabs;      /* spares of every class: the sum of classes[].empty */
     uint64_t slab_bytes;
     /* statistics */
     uint64_t used, requested, peak_used, peak_requested;
@@ -366,7 +367,10 @@ static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uin
         if (st != ASCM_OK) return st;
     }
     ascm_slab *s = p->slabs[si];
-    if (s->nfree == s->count) k->empty--;
+    if (s->nfree == s->count) {
+        k->empty--;
+        p->empty_slabs--;
+    }
     uint32_t w = s->hint;
     while (s->bits[w] == ~0ull) w++;
     unsigned bit = ascm_ctz64(~s->bits[w]);

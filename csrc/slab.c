@@ -114,6 +114,7 @@ int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
     p->slab_bytes += k->slab_bytes;
     ascm_slab_list_push(p, k, si);
     k->empty++;
+    p->empty_slabs++;
     *out = si;
     return ASCM_OK;
 }
@@ -148,8 +149,10 @@ int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_
 void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
     if ((k->empty && (k->empty + 1) * k->slab_bytes > SLAB_SPARE_BYTES) || p->page_size > k->slab_bytes)
         slab_release(p, si);
-    else
+    else {
         k->empty++;
+        p->empty_slabs++;
+    }
 }
 
 uint64_t ascm_slab_trim(ascm_pool *p) {
@@ -161,6 +164,7 @@ uint64_t ascm_slab_trim(ascm_pool *p) {
             if (p->slabs[si]->nfree == p->slabs[si]->count) {
                 slab_release(p, si);
                 k->empty--;
+                p->empty_slabs--;
                 released += k->slab_bytes;
             }
             si = next;
@@ -178,6 +182,7 @@ void ascm_slab_release_all(ascm_pool *p) {
     ascm_slab_remember(p, 0);
     p->slab_bytes = 0;
     for (int c = 0; c < ASCM_SLAB_CLASSES; c++) p->classes[c].partial = p->classes[c].empty = 0;
+    p->empty_slabs = 0;
 }
 
 uint64_t ascm_slab_cached_bytes(const ascm_pool *p) {
@@ -281,6 +286,9 @@ out:
             (empty[c] > 1 && empty[c] * p->classes[c].slab_bytes > SLAB_SPARE_BYTES))
             return ascm_fail(msg, msglen, "class %d keeps %u empty slabs (counted %u)", c, empty[c],
                              p->classes[c].empty);
+    uint64_t spares = 0;
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) spares += p->classes[c].empty;
+    if (spares != p->empty_slabs) return ascm_fail(msg, msglen, "spare slab count is wrong");
     if (bytes != p->slab_bytes) return ascm_fail(msg, msglen, "slab byte count is wrong");
     if (granules != p->slabmap.count) return ascm_fail(msg, msglen, "slab map has stale entries");
     return ASCM_OK;

@@ -156,7 +156,8 @@ def test_paged_device_unmapped_memory_is_inaccessible():
             "a = d.malloc(8 << 20, 1); d.free(a)\n"
             "ctypes.memset(a, 1, 16)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
-    assert r.returncode < 0  # killed by SIGSEGV
+    # killed by SIGSEGV (under AddressSanitizer: its report of the SEGV, exit 1)
+    assert r.returncode < 0 or (r.returncode != 0 and b"SEGV" in r.stderr), r.stderr[-2000:]
 
 
 def test_paged_sim_device_counts_mapped_memory():
