@@ -47,8 +47,8 @@ def _load(args):
     if args.trace == "-":
         data = io.BytesIO(sys.stdin.buffer.read())
         data.name = "<stdin>"
-        return trace.load(data)
-    return trace.load(args.trace)
+        return trace.load(data, device=args.device)
+    return trace.load(args.trace, device=args.device)
 
 
 def _check_mode(model, mode):
@@ -282,7 +282,10 @@ def build_parser():
     s.set_defaults(func=cmd_info)
 
     def trace_args(s):
-        s.add_argument("trace", nargs="?", help="trace file (CSV op,id,size[,kind,policy], .gz ok)")
+        s.add_argument("trace", nargs="?", help="trace file: ascmem CSV (op,id,size[,kind,policy]), "
+                       "a PyTorch profiler Chrome trace or a PyTorch memory snapshot; .gz ok")
+        s.add_argument("--device", help="a PyTorch trace's device: cpu, cuda, npu, cuda:1, or a "
+                       "snapshot's index (default: the one with the most events)")
         s.add_argument("--example", help="a shipped workload: " + ", ".join(sorted(EXAMPLE_MODELS)))
 
     s = sub.add_parser("replay", help="play a trace through a device or an allocator")

@@ -19,6 +19,7 @@ import os
 import time
 import zlib
 
+from ascmem import trace_import as _import
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
 
 KINDS = ("huge", "normal", "dvpp", "host")
@@ -45,6 +46,7 @@ class Trace:
     def __init__(self, events, name="trace"):
         self.events = list(events)
         self.name = name
+        self.source = {"format": "csv"}  # importers add device, skipped_frees, reserved_peak
         self.has_kinds = any(e.kind for e in self.events)
         self.has_policies = any(e.policy for e in self.events)
 
@@ -65,7 +67,8 @@ class Trace:
 
 # ---- reading and writing ------------------------------------------------------------
 
-def _open_text(path_or_file):
+def _read(path_or_file):
+    """(the trace's bytes, gunzipped, or its text from a text-mode file; its name)."""
     if hasattr(path_or_file, "read"):
         name = str(getattr(path_or_file, "name", "trace"))
         try:
@@ -85,15 +88,19 @@ def _open_text(path_or_file):
                 data = f.read()
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             raise TraceError(f"{name!r}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    if isinstance(data, str):
-        return io.StringIO(data.lstrip("\ufeff"), newline=""), name
-    if data[:2] == b"\x1f\x8b":
+    if isinstance(data, bytes) and data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (EOFError, OSError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
+    return data, name
+
+
+def _csv_text(data, name):
+    if isinstance(data, str):
+        return io.StringIO(data.lstrip("\ufeff"), newline="")
     try:  # utf-8-sig: a byte-order mark (spreadsheet exports write one) is not part of the header
-        return io.StringIO(data.decode("utf-8-sig"), newline=""), name
+        return io.StringIO(data.decode("utf-8-sig"), newline="")
     except UnicodeDecodeError as exc:
         raise TraceError(f"{name}: not a text CSV file (not UTF-8: {exc.reason} at byte "
                          f"{exc.start})") from None
@@ -120,9 +127,16 @@ def example(name):
     return load(data)
 
 
-def load(path_or_file):
-    """Reads a trace; any malformed line raises TraceError naming it."""
-    text, name = _open_text(path_or_file)
+def load(path_or_file, device=None):
+    """Reads a trace: ascmem's CSV, a PyTorch profiler Chrome trace or a
+    PyTorch memory snapshot (told apart by content; gzip allowed; see
+    docs/TRACES.md).  device: which device's events of a PyTorch trace
+    ("cpu", "cuda", "npu:1", a snapshot's index; default: the one with the
+    most).  Anything malformed raises TraceError naming the file and line."""
+    data, name = _read(path_or_file)
+    if isinstance(data, bytes) and _import.detect(data) != "csv":
+        return _load_torch(data, name, device)
+    text = _csv_text(data, name)
     reader = csv.reader(text)
     try:
         return _parse(reader, name)
@@ -130,10 +144,32 @@ def load(path_or_file):
         raise TraceError(f"{name}:{reader.line_num}: not valid CSV ({exc})") from None
 
 
+def _load_torch(data, name, device):
+    fmt = _import.detect(data)
+    try:
+        got = (_import.from_chrome if fmt == "chrome" else _import.from_snapshot)(data, name, device)
+    except InvalidArgumentError as exc:
+        raise TraceError(str(exc)) from None
+    events = [Event(op, i, size, line=n + 1) for n, (op, i, size) in enumerate(got.events)]
+    trace = Trace(events, name=_base_name(name))
+    trace.source = {"format": fmt, "device": got.device, "skipped_frees": got.skipped_frees,
+                    "reserved_peak": got.reserved_peak}
+    return trace
+
+
+def _base_name(name):
+    base = os.path.basename(name)
+    for ext in (".gz", ".csv", ".json", ".pickle", ".pkl"):
+        base = base[: -len(ext)] if base.endswith(ext) else base
+    return base
+
+
 def _parse(reader, name):
     header = next(reader, None)
     if not header or [h.strip() for h in header[:3]] != ["op", "id", "size"]:
-        raise TraceError(f"{name}:1: the header must start with op,id,size (got {header!r})")
+        raise TraceError(f"{name}:1: not a trace ascmem reads: the header must start with "
+                         f"op,id,size (got {header!r}); a PyTorch profiler Chrome trace (JSON) "
+                         f"and a PyTorch memory snapshot (pickle) are read too")
     cols = [h.strip() for h in header]
     kind_col = cols.index("kind") if "kind" in cols else None
     policy_col = cols.index("policy") if "policy" in cols else None
@@ -182,10 +218,7 @@ def _parse(reader, name):
             events.append(Event("f", ident, alloc.size, alloc.kind, alloc.policy, lineno))
         else:
             raise TraceError(f"{where}: unknown op {op!r} (expected 'a' or 'f')")
-    base = os.path.basename(name)
-    for ext in (".gz", ".csv"):
-        base = base[: -len(ext)] if base.endswith(ext) else base
-    return Trace(events, name=base)
+    return Trace(events, name=_base_name(name))
 
 
 def save(trace, path):
