@@ -58,6 +58,12 @@ typedef struct ascm_stats {
     uint64_t mapped;         /* bytes of granules mapped: those with a live byte, and kept ones */
     uint64_t peak_mapped;
     uint64_t map_calls, unmap_calls; /* calls of the map hook (counted without one too) */
+    /* cumulative bytes since creation or reset: usable and requested, of
+     * every allocation and every free (PyTorch's .allocated / .freed) */
+    uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
+    /* pages holding a live block (pool only): the most at once, and how many
+     * ever gained or lost their last live block (PyTorch's reserved bytes) */
+    uint64_t peak_pages, pages_taken, pages_given;
 } ascm_stats;
 
 /* ---- buddy allocator ---------------------------------------------------- */

@@ -35,6 +35,7 @@ struct ascm_buddy {
     uint32_t records_cap, records_used, recycled; /* records[0] unused */
     uint64_t used_units, requested, peak_used, peak_requested;
     uint64_t alloc_count, free_count, failed_count;
+    uint64_t alloc_units, freed_units, alloc_requested, freed_requested; /* cumulative */
 };
 
 static void mark_free(ascm_buddy *b, uint64_t unit, int order) {
@@ -111,6 +112,7 @@ static void init_state(ascm_buddy *b) {
     free_span(b, 0, b->nunits);
     b->used_units = b->requested = b->peak_used = b->peak_requested = 0;
     b->alloc_count = b->free_count = b->failed_count = 0;
+    b->alloc_units = b->freed_units = b->alloc_requested = b->freed_requested = 0;
 }
 
 void ascm_buddy_destroy(ascm_buddy *b) {
@@ -176,6 +178,8 @@ int ascm_buddy_alloc(ascm_buddy *b, uint64_t size, uint64_t align, uint64_t *add
     ascm_map_put(&b->live, (uint32_t)unit, rec); /* cannot fail: room reserved above */
     b->used_units += n;
     b->requested += size;
+    b->alloc_units += n;
+    b->alloc_requested += size;
     if (b->used_units > b->peak_used) b->peak_used = b->used_units;
     if (b->requested > b->peak_requested) b->peak_requested = b->requested;
     b->alloc_count++;
@@ -204,6 +208,8 @@ int ascm_buddy_free(ascm_buddy *b, uint64_t addr) {
     uint64_t unit = (uint64_t)first, n = b->records[rec].units;
     b->used_units -= n;
     b->requested -= b->records[rec].requested;
+    b->freed_units += n;
+    b->freed_requested += b->records[rec].requested;
     b->free_count++;
     record_recycle(b, rec);
     while (n) { /* the pieces, largest first */
@@ -240,6 +246,10 @@ void ascm_buddy_stats(const ascm_buddy *b, ascm_stats *st) {
     st->largest_free = b->nonempty ? (b->min_block << ascm_log2_floor(b->nonempty)) : 0;
     st->live_count = b->live.count;
     st->alloc_count = b->alloc_count;
+    st->alloc_bytes = b->alloc_units << b->shift;
+    st->freed_bytes = b->freed_units << b->shift;
+    st->alloc_requested = b->alloc_requested;
+    st->freed_requested = b->freed_requested;
     st->free_count = b->free_count;
     st->failed_count = b->failed_count;
     st->page_size = b->min_block;

@@ -61,6 +61,7 @@ typedef struct retired { /* kept until reset or destroy: readers may hold it */
 } retired;
 
 typedef struct kind_totals { /* what retired chunks of a kind had counted */
+    uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
     uint64_t alloc_count, free_count, peak_used, peak_requested;
 } kind_totals;
 
@@ -629,6 +630,10 @@ int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_
                 kind_totals *r = &d->retired_totals[kind];
                 r->alloc_count += s.alloc_count;
                 r->free_count += s.free_count;
+                r->alloc_bytes += s.alloc_bytes;
+                r->freed_bytes += s.freed_bytes;
+                r->alloc_requested += s.alloc_requested;
+                r->freed_requested += s.freed_requested;
                 if (s.peak_used > r->peak_used) r->peak_used = s.peak_used;
                 if (s.peak_requested > r->peak_requested) r->peak_requested = s.peak_requested;
                 bases[*count] = t->c[i].base;
@@ -678,10 +683,21 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
         out->peak_mapped += s.peak_mapped; /* several chunks: an upper bound, as the other peaks */
         out->map_calls += s.map_calls;
         out->unmap_calls += s.unmap_calls;
+        out->alloc_bytes += s.alloc_bytes;
+        out->freed_bytes += s.freed_bytes;
+        out->peak_pages += s.peak_pages; /* several chunks: an upper bound */
+        out->pages_taken += s.pages_taken;
+        out->pages_given += s.pages_given;
+        out->alloc_requested += s.alloc_requested;
+        out->freed_requested += s.freed_requested;
     }
     const kind_totals *r = &d->retired_totals[kind];
     out->alloc_count += r->alloc_count;
     out->free_count += r->free_count;
+    out->alloc_bytes += r->alloc_bytes;
+    out->freed_bytes += r->freed_bytes;
+    out->alloc_requested += r->alloc_requested;
+    out->freed_requested += r->freed_requested;
     out->failed_count = atomic_load_explicit(&d->failed[kind], memory_order_relaxed);
     /* one chunk: exact; several: the sum of their peaks, an upper bound */
     out->peak_used = peak_used > r->peak_used ? peak_used : r->peak_used;

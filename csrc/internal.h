@@ -317,6 +317,8 @@ struct ascm_pool {
     /* statistics */
     uint64_t used, requested, peak_used, peak_requested;
     uint64_t live_count, alloc_count, free_count, failed_count, peak_live_count;
+    uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
+    uint64_t peak_pages, pages_taken, pages_given;
 };
 
 static inline void ascm_pool_lock(ascm_pool *p) {

@@ -33,6 +33,8 @@ static inline void page_take(ascm_pool *p, uint64_t off, uint64_t bytes, uint64_
     }
     if (*hi < *lo) *hi = *lo;
     p->pages_in_use += *hi - *lo;
+    p->pages_taken += *hi - *lo;
+    if (p->pages_in_use > p->peak_pages) p->peak_pages = p->pages_in_use;
 }
 
 /* Drops the references taken by page_take; [*lo, *hi): the pages left with
@@ -47,6 +49,7 @@ static inline void page_give(ascm_pool *p, uint64_t off, uint64_t bytes, uint64_
     }
     if (*hi < *lo) *hi = *lo;
     p->pages_in_use -= *hi - *lo;
+    p->pages_given += *hi - *lo;
 }
 
 /* A request in units, and its alignment in units (1: any unit). */
@@ -221,6 +224,8 @@ static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested
     if (p->requested > p->peak_requested) p->peak_requested = p->requested;
     if (++p->live_count > p->peak_live_count) p->peak_live_count = p->live_count;
     p->alloc_count++;
+    p->alloc_bytes += usable;
+    p->alloc_requested += requested;
 }
 
 /* With unmapped, a large block is not put in the blocks map: its node is
@@ -332,6 +337,8 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
     p->requested -= requested;
     p->live_count--;
     p->free_count++;
+    p->freed_bytes += usable;
+    p->freed_requested += requested;
     return ASCM_OK;
 }
 
@@ -498,6 +505,13 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->peak_live_count = p->peak_live_count;
     st->live_count = p->live_count;
     st->alloc_count = p->alloc_count;
+    st->alloc_bytes = p->alloc_bytes;
+    st->peak_pages = p->peak_pages;
+    st->pages_taken = p->pages_taken;
+    st->pages_given = p->pages_given;
+    st->freed_bytes = p->freed_bytes;
+    st->alloc_requested = p->alloc_requested;
+    st->freed_requested = p->freed_requested;
     st->free_count = p->free_count;
     st->failed_count = p->failed_count;
     st->pages_in_use = p->pages_in_use;
@@ -534,6 +548,8 @@ void ascm_pool_reset(ascm_pool *p) {
     if (p->paging) p->paging->peak_mapped = 0;
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;
+    p->alloc_bytes = p->freed_bytes = p->alloc_requested = p->freed_requested = 0;
+    p->peak_pages = p->pages_taken = p->pages_given = 0;
     p->closed = 0;
     ascm_pool_unlock(p);
 }
@@ -585,6 +601,10 @@ int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t 
         if (p->requested > p->peak_requested) p->peak_requested = p->requested;
         p->free_count++; /* a free and an allocation, as far as anyone can tell */
         p->alloc_count++;
+        p->freed_bytes += usable;
+        p->alloc_bytes += usable;
+        p->freed_requested += old;
+        p->alloc_requested += requested;
     }
     ascm_pool_unlock(p);
     return st;
@@ -644,6 +664,7 @@ void ascm_pool_reset_peaks(ascm_pool *p) {
     p->peak_requested = p->requested;
     p->peak_live_count = p->live_count;
     if (p->paging) p->paging->peak_mapped = p->pages_in_use + p->paging->kept_count;
+    p->peak_pages = p->pages_in_use;
     ascm_pool_unlock(p);
 }
 
@@ -740,6 +761,9 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         return ascm_fail(msg, msglen, "statistics disagree with the live blocks");
     if (p->alloc_count - p->free_count != p->live_count)
         return ascm_fail(msg, msglen, "alloc_count - free_count != live_count");
+    if (p->alloc_bytes - p->freed_bytes != p->used ||
+        p->alloc_requested - p->freed_requested != p->requested)
+        return ascm_fail(msg, msglen, "cumulative bytes allocated - freed != bytes in use");
     if (p->peak_used < p->used || p->peak_requested < p->requested || p->used < p->requested)
         return ascm_fail(msg, msglen, "peaks or rounding are inconsistent");
     return ASCM_OK;

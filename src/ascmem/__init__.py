@@ -12,6 +12,7 @@ from ascmem.errors import (AscmemError, ArgumentTypeError, CorruptionError, Devi
 from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
 from ascmem import profiles
+from ascmem.stats import Statistics, statistics
 
 from ascmem._version import __version__
 
@@ -30,5 +31,6 @@ __all__ = [
     "AscmemError", "ArgumentTypeError", "BuddyAllocator", "CorruptionError", "Device",
     "DeviceClosedError",
     "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "OutOfMemoryError",
-    "Policy", "Pool", "PrecautionWarning", "UnsupportedError", "get_include", "profiles",
+    "Policy", "Pool", "PrecautionWarning", "Statistics", "UnsupportedError", "get_include",
+    "profiles", "statistics",
 ]

@@ -18,6 +18,8 @@ cdef extern from "ascmem.h" nogil:
         uint64_t pages_in_use, page_size, slab_bytes, metadata_bytes
         uint64_t cached_bytes, peak_live_count
         uint64_t mapped, peak_mapped, map_calls, unmap_calls
+        uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested
+        uint64_t peak_pages, pages_taken, pages_given
 
     ctypedef struct ascm_buddy:
         pass

@@ -110,7 +110,10 @@ cdef dict _stats_dict(ascm_stats *s):
         "failed_count": s.failed_count, "pages_in_use": s.pages_in_use,
         "page_size": s.page_size, "slab_bytes": s.slab_bytes,
         "metadata_bytes": s.metadata_bytes, "cached_bytes": s.cached_bytes,
-        "peak_live_count": s.peak_live_count,
+        "peak_live_count": s.peak_live_count, "alloc_bytes": s.alloc_bytes,
+        "freed_bytes": s.freed_bytes, "alloc_requested": s.alloc_requested,
+        "freed_requested": s.freed_requested, "peak_pages": s.peak_pages,
+        "pages_taken": s.pages_taken, "pages_given": s.pages_given,
     }
 
 

@@ -116,7 +116,7 @@ cdef class _DeviceParts:
     def __cinit__(self, _Upstream up, sizes, uint64_t aicpu):
         self.up = up
         self.counters = {"huge_fallbacks": 0, "oom_retries": 0, "chunks_taken": 0,
-                         "chunks_given_back": 0, "upstream_failures": 0}
+                         "chunks_given_back": 0, "upstream_failures": 0, "sync_all_streams": 0}
         self.growth = _Growth(up, sizes, self.counters)
         self.ledger = _StreamLedger(up)
         self.views = _ViewRegistry()
@@ -312,6 +312,8 @@ cdef class Device:
         _require_open(self, "synchronize")
         if stream is not None:
             _check_stream(stream)
+        if stream is None:
+            parts.counters["sync_all_streams"] += 1
         for s in (parts.ledger.streams() if stream is None else [stream]):
             parts.up.synchronize(s)  # the stream's queued work first
             _free_released(self, parts.ledger.release(s, _ALL))
@@ -639,6 +641,18 @@ cdef class Device:
     def reset_peak_memory_stats(self):
         """PyTorch's name for reset_peaks()."""
         ascm_device_reset_peaks(self._d)
+
+    def memory_stats(self):
+        """stats() under torch.cuda.memory_stats()'s flat key names
+        (allocated_bytes.all.current, reserved_bytes.large_pool.peak,
+        num_ooms, ...; ascmem.stats says how the pools map)."""
+        from ascmem import stats
+        return stats.memory_stats(self)
+
+    def memory_summary(self):
+        """memory_stats() as a table in the shape of torch.cuda.memory_summary()."""
+        from ascmem import stats
+        return stats.memory_summary(self)
 
     def stats(self):
         """Per kind: the pool's statistics; plus the budget and reuse counters."""

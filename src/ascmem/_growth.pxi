@@ -36,6 +36,9 @@ cdef class _Growth:
     cdef uint64_t maximum[5]
     cdef uint64_t taken[5]
     cdef uint64_t first_base[5]    # where each kind's first chunk is now
+    cdef uint64_t peak_taken[5]    # the most taken at once
+    cdef uint64_t total_taken[5], total_given[5]  # bytes, cumulative (first chunks included)
+    cdef uint64_t chunks_taken[5], chunks_given[5], peak_chunks[5]
     cdef object lock               # the GIL is dropped inside pyACL
     cdef readonly object error     # the last upstream failure, for the OOM message
     cdef bint closed
@@ -88,6 +91,7 @@ cdef class _Growth:
             if self.maximum[k] < self.size[k]:
                 self.maximum[k] = self.size[k]
             cfg.size[k] = self.taken[k] = self.size[k]
+            self._count_taken(k, self.size[k])
             cfg.growable[k] = self.maximum[k] > self.size[k]
         self._first_chunks()
         for k in range(ASCM_KINDS):
@@ -152,12 +156,21 @@ cdef class _Growth:
                           f"pool ({self.up.describe(e)})")
             return 0
 
+    cdef _count_taken(self, int k, uint64_t size):
+        if not size:
+            return
+        self.total_taken[k] += size
+        self.chunks_taken[k] += 1
+        self.peak_taken[k] = max(self.peak_taken[k], self.taken[k])
+        self.peak_chunks[k] = max(self.peak_chunks[k], self.chunks_taken[k] - self.chunks_given[k])
+
     cdef bint _add(self, int k, uint64_t addr, uint64_t size) except -1:
         if ascm_device_add_chunk(self.d, k, addr, size) != ASCM_OK:
             self.up.give(k, addr, size)
             self.error = f"the {MemKind(k).name} pool holds {ASCM_MAX_CHUNKS} chunks, its most"
             return False
         self.taken[k] += size
+        self._count_taken(k, size)
         self.counters["chunks_taken"] += 1
         self.error = None
         return True
@@ -176,6 +189,8 @@ cdef class _Growth:
         for i in range(n):
             self.up.give(k, bases[i], sizes[i])
             self.taken[k] -= sizes[i]
+            self.total_given[k] += sizes[i]
+            self.chunks_given[k] += 1
             given += sizes[i]
         self.counters["chunks_given_back"] += n
         return given
@@ -205,7 +220,13 @@ cdef class _Growth:
         for k in range(ASCM_KINDS):  # stale pointers into these stay foreign
             for base, size in old[k]:
                 self.up.retire(k, base, size)
+                self.total_given[k] += size
+                self.chunks_given[k] += 1
+            if not old[k] and self.size[k]:  # sim: the range is a number, given up all the same
+                self.total_given[k] += self.taken[k]
+                self.chunks_given[k] += 1
             self.taken[k] = self.size[k]
+            self._count_taken(k, self.size[k])
 
     cdef close(self):
         with self.lock:  # no growth can add a chunk after this
@@ -229,4 +250,7 @@ cdef class _Growth:
         return text + (f" ({self.error})" if self.error else "")
 
     cdef dict kind_stats(self, int k):
-        return {"upstream_bytes": self.taken[k], "max_pool_size": self.maximum[k]}
+        return {"upstream_bytes": self.taken[k], "max_pool_size": self.maximum[k],
+                "peak_upstream_bytes": self.peak_taken[k], "upstream_taken": self.total_taken[k],
+                "upstream_given": self.total_given[k], "chunks_taken": self.chunks_taken[k],
+                "chunks_given": self.chunks_given[k], "peak_chunks": self.peak_chunks[k]}
