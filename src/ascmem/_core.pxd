@@ -186,13 +186,16 @@ cdef class Pool:
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align)
 
 
-cdef class Device:
-    # private to ascmem: the C device, and the Device's parts (_device.pxi)
+cdef class _DeviceReadout:
+    # private to ascmem: the C device, and the Device's parts (_device_parts.pxi)
     cdef ascm_device *_d
     cdef object _parts
     cdef readonly object profile, mode, backend
     cdef readonly int device_id
     cdef object __weakref__
+
+
+cdef class Device(_DeviceReadout):
     # C-level entry points, as Pool's: aclrtMalloc / aclrtFree without the GIL
     # (thread-safe, gated against reset and close).  ascm_status results.
     cdef int malloc_raw(self, uint64_t size, uint32_t policy, uint64_t *addr) noexcept nogil

@@ -1,10 +1,9 @@
 # Device: the public front of an Ascend device (included by _core.pyx, so
-# that its hot path is compiled with the pools').  The work is done by its
-# parts: the C device (csrc/device.c: routing, pools per kind, the budget),
-# _Growth and its _Upstream (chunks), _StreamLedger (frees on streams),
-# _ViewRegistry and _GuardBytes (host memory), _device_failures.pxi
-# (messages and warnings), and the one allocate and one free path all the
-# calls share (_device_paths.pxi).
+# that its hot path is compiled with the pools').  Allocation, streams, sleep
+# and wake, host memory, budget settings and lifetime live here; the queries
+# and statistics in its base class (_device_readout.pxi); its state and the
+# helpers in _device_parts.pxi; the one allocate and one free path in
+# _device_paths.pxi.
 #
 # Threads and locks: no C lock holder ever waits for the GIL (walks gather
 # into C memory, hooks run with no lock held), so a thread holding the GIL
@@ -14,131 +13,9 @@
 # (ascm_device_reset never releases it), so they use the *_held calls and
 # skip the gate's two atomic operations per call.
 
-import os
-import threading
-import weakref
-
-from ascmem import profiles as _profiles
-from ascmem import rules as _rules
-from ascmem.errors import (AscmemError, DeviceClosedError, MisalignedError, PrecautionWarning,
-                           UnsupportedError)
-from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
-
-# The kinds each free call frees, from the C kind table (csrc/kinds.c).
-cdef unsigned _DEVICE_MASK = ascm_kind_mask(ASCM_FREE_DEVICE)
-cdef unsigned _DVPP_MASK = ascm_kind_mask(ASCM_FREE_DVPP)
-cdef unsigned _HOST_MASK = ascm_kind_mask(ASCM_FREE_HOST)
-_BACKENDS = ("sim", "host", "acl")
-
-# Devices alive in this process: a child of fork() gets fresh Python locks
-# (a lock another thread held in the parent would stay held in the child).
-_live_devices = weakref.WeakSet()
-
-
-def _devices_after_fork():
-    for dev in list(_live_devices):
-        parts = (<Device>dev)._parts
-        if parts is not None:
-            (<_DeviceParts>parts).growth.after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_devices_after_fork)
-
-
-def kind_table():
-    """The C core's kind table (csrc/kinds.c): per MemKind, its page size,
-    whether it is charged as huge pages, whether it is device memory, and
-    which free call frees it."""
-    calls = {ASCM_FREE_DEVICE: "free", ASCM_FREE_DVPP: "dvpp_free", ASCM_FREE_HOST: "free_host"}
-    out = {}
-    for k in range(ASCM_KINDS):
-        info = ascm_kind(k)
-        out[MemKind(k)] = {"name": info.name.decode(), "page_size": info.page_size,
-                           "huge": bool(info.huge), "device": bool(info.device),
-                           "freed_by": calls[info.freed_by]}
-    return out
-
-
-cdef inline int _kind_arg(object kind) except -1:
-    """A MemKind, its value or its name (any case) as a kind number."""
-    try:
-        if isinstance(kind, str):
-            return int(MemKind[kind.upper()])
-        return int(MemKind(kind))
-    except (KeyError, ValueError, TypeError):
-        raise InvalidArgumentError(f"unknown memory kind {kind!r}; known: "
-                                   f"{', '.join(k.name.lower() for k in MemKind)}") from None
-
-
-cdef inline _check_stream(object stream):
-    """Streams are dictionary keys: an unhashable one is refused up front,
-    before anything has changed."""
-    try:
-        hash(stream)
-    except TypeError:
-        raise ArgumentTypeError(f"a stream must be hashable (a pyACL stream handle, a name, "
-                                f"...), not {type(stream).__name__}") from None
-
-
-cdef object _opt_u64(object v, str what):
-    return None if v is None else as_u64(v, what)
-
-
-cdef _budget_config(ascm_device_config *cfg, object prof, object lay):
-    """The C device's configuration from a profiles.Layout (chunks aside)."""
-    memset(cfg, 0, sizeof(ascm_device_config))
-    cfg.min_block = 4096
-    cfg.p2p = prof.p2p
-    cfg.budget.reserve = lay.reserve
-    cfg.budget.shared = lay.shared
-    cfg.budget.huge_grows = lay.huge_grows
-    cfg.budget.limit = lay.limit
-
 
 @cython.final
-@cython.no_gc_clear  # Device.__dealloc__ reads it (a cycle through oom_callback is cleared at the Device)
-cdef class _DeviceParts:
-    """A Device's private state: its parts, and what the front counts itself."""
-    cdef _Growth growth
-    cdef _Upstream up
-    cdef _StreamLedger ledger
-    cdef _ViewRegistry views
-    cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
-    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
-    cdef dict counters               # stats()["device"] counters
-    cdef set warned                  # ASCM_EVENT_* causes warned about
-    cdef object oom_callback
-    cdef bint closed, job_started
-    cdef bint paged                  # huge, normal and huge1g are paged pools
-    cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
-
-    def __cinit__(self, _Upstream up, sizes, uint64_t aicpu):
-        self.up = up
-        self.counters = {"huge_fallbacks": 0, "oom_retries": 0, "chunks_taken": 0,
-                         "chunks_given_back": 0, "upstream_failures": 0, "sync_all_streams": 0}
-        self.growth = _Growth(up, sizes, self.counters)
-        self.ledger = _StreamLedger(up)
-        self.views = _ViewRegistry()
-        self.tags = _TagRegistry()
-        if up.readable and os.environ.get("ASCMEM_DEBUG", "") == "1":
-            self.guards = _GuardBytes()
-        self.warned = set()
-        self.aicpu = aicpu
-
-    cdef forget_blocks(self):
-        """The state of the blocks a reset freed."""
-        self.fixed_taken = 0  # ascm_device_reset gave the runtime's memory back
-        self.job_started = False
-        self.reused_bytes = self.reuse_count = 0
-        self.ledger.clear()
-        self.tags.clear()
-        if self.guards is not None:
-            self.guards.clear()
-
-
-@cython.final
-cdef class Device:
+cdef class Device(_DeviceReadout):
     """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0)
 --
 
@@ -431,25 +308,7 @@ cdef class Device:
         return {MemKind(k).name.lower(): _OS_PAGES[parts.up.pages.get(k, ASCM_OS_NORMAL)]
                 for k in range(ASCM_KINDS) if parts.growth.size[k]}
 
-    # ---- queries --------------------------------------------------------------
-
-    def kind_of(self, ptr):
-        """The MemKind of the range ptr lies in."""
-        cdef uint64_t a = as_u64(ptr, "pointer")
-        _require_open(self, "kind_of")
-        cdef int k = ascm_device_kind_of(self._d, a)
-        if k < 0:
-            raise InvalidArgumentError(f"{a:#x} is not memory of device {self.device_id}")
-        return MemKind(k)
-
-    def usable_size(self, ptr):
-        """The size a live block was given after the CANN rounding rule."""
-        cdef uint64_t a = as_u64(ptr, "pointer"), n
-        _require_open(self, "usable_size")
-        cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
-        if p is NULL or ascm_pool_requested_size(p, a, &n) != ASCM_OK:
-            raise InvalidFreeError(f"{a:#x} is not the start of a live block")
-        return n
+    # ---- media to inference ------------------------------------------------------
 
     def as_model_input(self, ptr, length):
         """Media -> inference reuse: hands a live device or media buffer to model
@@ -476,49 +335,7 @@ cdef class Device:
         parts.reuse_count += 1
         return a
 
-    def chunks(self, kind):
-        """(base, size) of each chunk a kind holds now, first one first."""
-        cdef int k = _kind_arg(kind)
-        cdef uint64_t base, size
-        out = []
-        for i in range(ascm_device_chunk_count(self._d, k)):
-            ascm_device_chunk(self._d, k, i, &base, &size)
-            out.append((base, size))
-        return out
-
-    def range_of(self, kind):
-        """(base, size) of a kind's first chunk, or None."""
-        cdef int k = _kind_arg(kind)
-        cdef uint64_t base, size
-        if ascm_device_chunk(self._d, k, 0, &base, &size) is NULL:
-            return None
-        return (base, size)
-
-    def precautions(self):
-        """The CANN memory precautions of this product and mode, as sentences."""
-        return _profiles.precautions(self.profile, self.mode)
-
-    def get_mem_info(self, attr):
-        """aclrtGetMemInfo: (free, total) in bytes for an aclrtMemAttr value;
-        attributes this hardware lacks report (0, 0)."""
-        try:
-            a = MemAttr(attr)
-        except (ValueError, TypeError):
-            raise InvalidArgumentError(f"unknown aclrtMemAttr value {attr!r}") from None
-        prof = self.profile
-        return _rules.mem_info(a, self.budget(), prof.memory_type, prof.p2p, prof.huge1g)
-
     # ---- budget ---------------------------------------------------------------
-
-    def budget(self):
-        """The physical budget: bytes of huge and normal pages in use."""
-        cdef ascm_budget b
-        ascm_device_budget(self._d, &b)
-        return {"reserve": b.reserve, "shared": b.shared, "total": b.reserve + b.shared,
-                "huge_used": b.huge_used, "normal_used": b.normal_used, "fixed": b.fixed,
-                "peak_huge": b.peak_huge, "peak_normal": b.peak_normal,
-                "ep_growth": b.huge_used - b.reserve if b.huge_used > b.reserve else 0,
-                "limit": b.limit, "huge_grows": bool(b.huge_grows)}
 
     def begin_job(self):
         """Marks the start of an inference or training job.  On products that
@@ -542,10 +359,6 @@ cdef class Device:
         """Caps huge + normal + runtime memory at limit bytes (0: no cap)."""
         ascm_device_set_limit(self._d, as_u64(limit, "limit"))
 
-    def get_limit(self):
-        """The cap set by set_limit / set_memory_fraction, in bytes (0: none)."""
-        return self.budget()["limit"]
-
     def set_memory_fraction(self, fraction):
         """Caps device memory at a fraction (0 < f <= 1) of the total."""
         try:
@@ -558,11 +371,6 @@ cdef class Device:
         total = self.budget()["total"]
         # a tiny fraction still caps (a limit of 0 would mean no limit at all)
         ascm_device_set_limit(self._d, 0 if f == 1.0 else max(1, int(total * f)))
-
-    def get_memory_fraction(self):
-        """The cap as a fraction of the device's total memory (1.0: no cap)."""
-        b = self.budget()
-        return min(1.0, b["limit"] / b["total"]) if b["limit"] and b["total"] else 1.0
 
     # ---- lifetime ---------------------------------------------------------------
 
@@ -632,98 +440,6 @@ cdef class Device:
                 released += _discard_free_pages(self._d, k)
         return released
 
-    # ---- observability ----------------------------------------------------------
-
-    def reset_peaks(self):
-        """Peak statistics start again from current use."""
-        ascm_device_reset_peaks(self._d)
-
-    def reset_peak_memory_stats(self):
-        """PyTorch's name for reset_peaks()."""
-        ascm_device_reset_peaks(self._d)
-
-    def memory_stats(self):
-        """stats() under torch.cuda.memory_stats()'s flat key names
-        (allocated_bytes.all.current, reserved_bytes.large_pool.peak,
-        num_ooms, ...; ascmem.stats says how the pools map)."""
-        from ascmem import stats
-        return stats.memory_stats(self)
-
-    def memory_summary(self):
-        """memory_stats() as a table in the shape of torch.cuda.memory_summary()."""
-        from ascmem import stats
-        return stats.memory_summary(self)
-
-    def stats(self):
-        """Per kind: the pool's statistics; plus the budget and reuse counters."""
-        cdef _DeviceParts parts = <_DeviceParts>self._parts
-        cdef ascm_stats s
-        out = {}
-        for k in range(ASCM_KINDS):
-            if ascm_device_has_kind(self._d, k):
-                ascm_device_kind_stats(self._d, k, &s)
-                d = _stats_dict(&s)
-                if parts.paged and ascm_kind(k).freed_by == ASCM_FREE_DEVICE:
-                    d.update(mapped=s.mapped, peak_mapped=s.peak_mapped, map_calls=s.map_calls,
-                             unmap_calls=s.unmap_calls)
-                d["chunks"] = ascm_device_chunk_count(self._d, k)
-                d.update(parts.growth.kind_stats(k))
-                out[MemKind(k).name.lower()] = d
-        b = self.budget()
-        out["device"] = dict(b, aicpu_cache=parts.fixed_taken,
-                             reserve_used=min(b["huge_used"], b["reserve"]),
-                             reused_bytes=parts.reused_bytes, reuse_count=parts.reuse_count,
-                             pending_bytes=parts.ledger.pending_bytes, closed=parts.closed,
-                             asleep_bytes=parts.tags.asleep_bytes(self._d),
-                             **parts.counters)
-        return out
-
-    def snapshot(self):
-        """Live blocks: dicts of address, size (usable), requested (after the
-        CANN rounding) and kind, in address order."""
-        blocks = []
-        cdef ascm_pool *p
-        for k in range(ASCM_KINDS):
-            kind = MemKind(k)
-            for i in range(ascm_device_chunk_count(self._d, k)):
-                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
-                if p is not NULL:
-                    blocks.extend({"address": a, "size": u, "requested": r, "kind": kind}
-                                  for a, u, r in _pool_blocks(p, False))
-        blocks.sort(key=lambda b: b["address"])
-        return blocks
-
-    def check(self):
-        """Walks every pool's invariants, the chunk accounting and the page
-        budget; raises CorruptionError naming a broken one."""
-        cdef char msg[MSG_LEN]
-        cdef ascm_pool *p
-        cdef ascm_stats s
-        cdef _DeviceParts parts = <_DeviceParts>self._parts
-        pages = 0
-        for k in range(ASCM_KINDS):
-            for i in range(ascm_device_chunk_count(self._d, k)):
-                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
-                if p is not NULL and ascm_pool_check(p, msg, MSG_LEN) != ASCM_OK:
-                    raise CorruptionError(f"{MemKind(k).name} chunk {i}: " +
-                                          msg.decode("utf-8", "replace"))
-            if not ascm_device_has_kind(self._d, k):
-                continue
-            if parts.up.name != "sim" and not parts.closed:
-                problem = parts.growth.accounting_problem(k, self.chunks(k))
-                if problem:
-                    raise CorruptionError(problem)
-            if ascm_kind(k).huge:
-                ascm_device_kind_stats(self._d, k, &s)
-                pages += s.pages_in_use * s.page_size
-        if pages != self.budget()["huge_used"]:
-            raise CorruptionError(f"huge pages charged {self.budget()['huge_used']} != pages "
-                                  f"in use {pages}")
-
-    @property
-    def paged(self):
-        """Whether the device memory kinds are paged pools (Device(paged=True))."""
-        return (<_DeviceParts>self._parts).paged
 
     def __repr__(self):
         closed = (<_DeviceParts>self._parts).closed if self._parts is not None else False

@@ -1,0 +1,125 @@
+# A Device's state (_DeviceParts: its upstream and growth, stream ledger,
+# views, guard bytes, tags and counters) and the helpers the Device's halves
+# share.  Included by _core.pyx before _device_readout.pxi and _device.pxi.
+
+import os
+import threading
+import weakref
+
+from ascmem import profiles as _profiles
+from ascmem import rules as _rules
+from ascmem.errors import (AscmemError, DeviceClosedError, MisalignedError, PrecautionWarning,
+                           UnsupportedError)
+from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
+
+# The kinds each free call frees, from the C kind table (csrc/kinds.c).
+cdef unsigned _DEVICE_MASK = ascm_kind_mask(ASCM_FREE_DEVICE)
+cdef unsigned _DVPP_MASK = ascm_kind_mask(ASCM_FREE_DVPP)
+cdef unsigned _HOST_MASK = ascm_kind_mask(ASCM_FREE_HOST)
+_BACKENDS = ("sim", "host", "acl")
+
+# Devices alive in this process: a child of fork() gets fresh Python locks
+# (a lock another thread held in the parent would stay held in the child).
+_live_devices = weakref.WeakSet()
+
+
+def _devices_after_fork():
+    for dev in list(_live_devices):
+        parts = (<Device>dev)._parts
+        if parts is not None:
+            (<_DeviceParts>parts).growth.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_devices_after_fork)
+
+
+def kind_table():
+    """The C core's kind table (csrc/kinds.c): per MemKind, its page size,
+    whether it is charged as huge pages, whether it is device memory, and
+    which free call frees it."""
+    calls = {ASCM_FREE_DEVICE: "free", ASCM_FREE_DVPP: "dvpp_free", ASCM_FREE_HOST: "free_host"}
+    out = {}
+    for k in range(ASCM_KINDS):
+        info = ascm_kind(k)
+        out[MemKind(k)] = {"name": info.name.decode(), "page_size": info.page_size,
+                           "huge": bool(info.huge), "device": bool(info.device),
+                           "freed_by": calls[info.freed_by]}
+    return out
+
+
+cdef inline int _kind_arg(object kind) except -1:
+    """A MemKind, its value or its name (any case) as a kind number."""
+    try:
+        if isinstance(kind, str):
+            return int(MemKind[kind.upper()])
+        return int(MemKind(kind))
+    except (KeyError, ValueError, TypeError):
+        raise InvalidArgumentError(f"unknown memory kind {kind!r}; known: "
+                                   f"{', '.join(k.name.lower() for k in MemKind)}") from None
+
+
+cdef inline _check_stream(object stream):
+    """Streams are dictionary keys: an unhashable one is refused up front,
+    before anything has changed."""
+    try:
+        hash(stream)
+    except TypeError:
+        raise ArgumentTypeError(f"a stream must be hashable (a pyACL stream handle, a name, "
+                                f"...), not {type(stream).__name__}") from None
+
+
+cdef object _opt_u64(object v, str what):
+    return None if v is None else as_u64(v, what)
+
+
+cdef _budget_config(ascm_device_config *cfg, object prof, object lay):
+    """The C device's configuration from a profiles.Layout (chunks aside)."""
+    memset(cfg, 0, sizeof(ascm_device_config))
+    cfg.min_block = 4096
+    cfg.p2p = prof.p2p
+    cfg.budget.reserve = lay.reserve
+    cfg.budget.shared = lay.shared
+    cfg.budget.huge_grows = lay.huge_grows
+    cfg.budget.limit = lay.limit
+
+
+@cython.final
+@cython.no_gc_clear  # Device.__dealloc__ reads it (a cycle through oom_callback is cleared at the Device)
+cdef class _DeviceParts:
+    """A Device's private state: its parts, and what the front counts itself."""
+    cdef _Growth growth
+    cdef _Upstream up
+    cdef _StreamLedger ledger
+    cdef _ViewRegistry views
+    cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
+    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
+    cdef dict counters               # stats()["device"] counters
+    cdef set warned                  # ASCM_EVENT_* causes warned about
+    cdef object oom_callback
+    cdef bint closed, job_started
+    cdef bint paged                  # huge, normal and huge1g are paged pools
+    cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
+
+    def __cinit__(self, _Upstream up, sizes, uint64_t aicpu):
+        self.up = up
+        self.counters = {"huge_fallbacks": 0, "oom_retries": 0, "chunks_taken": 0,
+                         "chunks_given_back": 0, "upstream_failures": 0, "sync_all_streams": 0}
+        self.growth = _Growth(up, sizes, self.counters)
+        self.ledger = _StreamLedger(up)
+        self.views = _ViewRegistry()
+        self.tags = _TagRegistry()
+        if up.readable and os.environ.get("ASCMEM_DEBUG", "") == "1":
+            self.guards = _GuardBytes()
+        self.warned = set()
+        self.aicpu = aicpu
+
+    cdef forget_blocks(self):
+        """The state of the blocks a reset freed."""
+        self.fixed_taken = 0  # ascm_device_reset gave the runtime's memory back
+        self.job_started = False
+        self.reused_bytes = self.reuse_count = 0
+        self.ledger.clear()
+        self.tags.clear()
+        if self.guards is not None:
+            self.guards.clear()
