@@ -189,3 +189,77 @@ def test_real_traces_ship_as_examples():
         allocs = sum(e.op == "a" for e in t.events)
         frees = sum(e.op == "f" for e in t.events)
         assert allocs > 500 and frees <= allocs and t.peak_live() > 16 << 20
+
+
+def test_snapshot_at_peak_and_uncapped_history(tmp_path):
+    import pickle
+    t = tmp_path / "t.csv"
+    lines = ["op,id,size"] + [f"a,{i},4096" for i in range(6000)] + \
+        [f"f,{i},4096" for i in range(6000)]  # frees everything: the end is empty
+    t.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "peak.pickle"
+    r = run("snapshot", str(t), "--at-peak", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    snap = pickle.loads(out.read_bytes())
+    live = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
+               if b["state"] == "active_allocated")
+    assert live >= 6000 * 4096
+    assert len(snap["device_traces"][0]) == 6000  # the allocations up to the peak, none dropped
+    end = tmp_path / "end.pickle"
+    assert run("snapshot", str(t), "-o", str(end)).returncode == 0
+    assert len(pickle.loads(end.read_bytes())["device_traces"][0]) == 6000 + 2 * 6000  # > 10,000
+    capped = tmp_path / "capped.pickle"
+    assert run("snapshot", str(t), "--max-entries", "100", "-o", str(capped)).returncode == 0
+    assert len(pickle.loads(capped.read_bytes())["device_traces"][0]) <= 200
+
+
+def test_exit_codes_are_the_same_for_every_command(tmp_path):
+    missing = str(tmp_path / "missing.csv")
+    for cmd in ("replay", "fit", "snapshot"):
+        assert run(cmd, missing).returncode == 2  # input error
+    assert run("info", "--model", "atlas-inference", "--mode", "RC").returncode == 0
+    assert run("replay", "--example", "many_small", "--model", "atlas-training",
+               "--mode", "RC").returncode == 2  # a mode the product lacks: usage
+
+
+def test_plot_checks_matplotlib_first_and_leaves_its_backend_alone(tmp_path, monkeypatch, capsys):
+    import sys
+    from ascmem import cli
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert cli.main(["replay", "--example", "batch_inference", "--plot",
+                     str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr()
+    assert "pip install matplotlib" in err.err and "ascmem replay:" not in err.out
+    monkeypatch.undo()
+    mpl = pytest.importorskip("matplotlib")
+    before = mpl.get_backend()
+    assert cli.main(["replay", "--example", "batch_inference", "--plot",
+                     str(tmp_path / "p.png")]) == 0
+    assert mpl.get_backend() == before and (tmp_path / "p.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args", [("info",), ("info", "--list"),
+                                  ("replay", "--example", "many_small"),
+                                  ("fit", "--example", "encoder_varlen", "--allocator", "pool",
+                                   "--resolution", "4MiB", "--paged"),
+                                  ("replay", "--example", "encoder_varlen", "--paged")])
+def test_every_command_speaks_versioned_json(args):
+    r = run(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == f"ascmem.{args[0]}/1" and doc["command"] == args[0]
+    import ascmem
+    assert doc["ascmem"] == ascmem.__version__
+    if args[0] == "replay":
+        assert set(doc["timing"]) == {"seconds", "ops_per_sec"} and "ops_per_sec" not in doc
+        again = json.loads(run(*args, "--json").stdout)
+        del doc["timing"], again["timing"]
+        assert doc == again  # no run-to-run noise outside timing
+
+
+def test_snapshot_json(tmp_path):
+    r = run("snapshot", "--example", "many_small", "-o", str(tmp_path / "s.pickle"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "ascmem.snapshot/1" and doc["snapshot"].endswith("s.pickle")

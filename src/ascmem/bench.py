@@ -208,7 +208,24 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="ascmem bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     ap.add_argument("--no-c", action="store_true", help="skip the C core benchmark")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON document")
     args = ap.parse_args(argv)
+    if args.json:  # the same runs; the text goes nowhere, the figures to stdout
+        import contextlib
+        import io
+        import json
+        with contextlib.redirect_stdout(io.StringIO()):
+            figures = _run(args)
+        from ascmem._version import __version__
+        print(json.dumps({"schema": "ascmem.bench/1", "ascmem": __version__, "command": "bench",
+                          **figures}, indent=2))
+        return 0
+    _run(args)
+    return 0
+
+
+def _run(args):
+    """Runs every benchmark, printing the text report; returns the figures."""
     # many short samples, round-robin: a burst of load on these shared hosts
     # then spoils a few samples of every peer rather than all of one
     number, repeat = (2000, 3) if args.quick else (20_000, 61)
@@ -226,6 +243,7 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs; medians of {repeat} runs{pinned}")
 
     rows = python_pairs(number, repeat)
+    figures = {"python_pairs": [{k: r[k] for k in ("peer", "size", "ns")} for r in rows]}
     by = {(r["peer"], r["size"]): r for r in rows}
     print("\nalloc+free pair from Python, median ns (median of same-repeat ratios to the floor; "
           "to tlsfallocator)")
@@ -248,8 +266,10 @@ def main(argv=None):
 
     count = 2000 if args.quick else 100_000
     batch = batch_pairs(count, 3 if args.quick else 15)
+    figures["batch_ns_per_pair"] = batch
     print(f"\nalloc_many + free_many of {count:,} mixed sizes: {batch:.1f} ns per pair")
     core = None if args.no_c else c_core(1 if args.quick else 9, peer=not args.quick)
+    figures["c_core_ns_per_pair"] = core
     if core:
         print(f"C core (no Python), median ns per pair: steady state {core['steady']:.1f}, "
               f"LIFO {core['lifo']:.1f}; single-threaded pool (no lock) steady "
@@ -270,6 +290,7 @@ def main(argv=None):
                   f"{core['steady'] / core['offset_steady_by_offset']:.2f}x")
 
     host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
+    figures["host_buffer_ns"] = host
     print(f"8 MiB host buffer: pool acquire+release {host['pool'] / 1e3:.2f} us "
           f"({host['numpy'] / host['pool']:.0f}x faster than numpy.empty + touching every page, "
           f"{host['numpy'] / 1e3:.1f} us); with a numpy view on the block "
@@ -281,16 +302,19 @@ def main(argv=None):
           f"(bisection to {resolution // 1024} KiB; higher is better)")
     print(f"{'trace':18s}{'peak live':>12s}" + "".join(f"{n:>10s}" for n in names))
     traces = _traces(args.quick)
-    for r in frugality(traces, names, resolution):
+    figures["efficiency"] = frugality(traces, names, resolution)
+    for r in figures["efficiency"]:
         print(f"{r['trace']:18s}{r['peak_live'] / MiB:9.1f} MiB" +
               "".join(f"{r[n]:10.3f}" for n in names))
     print("\nphysical efficiency of a paged pool = peak live / peak mapped (granules mapped only "
           "where live bytes are)")
     print(f"{'trace':18s}{'2 MiB':>10s}{'64 KiB':>10s}")
+    figures["physical_efficiency"] = []
     for t in traces:
         effs = [tr.physical_efficiency(t, g)[0] for g in (2 * MiB, 64 * 1024)]
+        figures["physical_efficiency"].append({"trace": t.name, "2MiB": effs[0], "64KiB": effs[1]})
         print(f"{t.name:18s}" + "".join(f"{e:10.3f}" for e in effs))
-    return 0
+    return figures
 
 
 def _size(n):

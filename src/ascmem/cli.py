@@ -80,6 +80,10 @@ def cmd_info(args):
     import ascmem
     from ascmem import MemAttr, profiles
     if args.list:
+        if args.json:
+            return _json("info", {"models": [{"model": p.name, "product": p.title,
+                                               "aliases": list(p.aliases)}
+                                              for p in map(profiles.get, profiles.names())]})
         rows = [(p.name, p.title, ", ".join(p.aliases) or "-")
                 for p in (profiles.get(n) for n in profiles.names())]
         print(_table(rows, ("model", "product", "aliases")))
@@ -88,6 +92,19 @@ def cmd_info(args):
     _check_mode(prof.name, args.mode)
     dev = ascmem.Device(prof.name, mode=args.mode)
     b = dev.budget()
+    if args.json:
+        mem = "HBM" if prof.memory_type == "HBM" else "DDR"
+        info = {name: dict(zip(("free", "total"), dev.get_mem_info(MemAttr[f"{mem}_{name}"])))
+                for name in ("MEM", "MEM_HUGE", "MEM_NORMAL")}
+        return _json("info", {"model": prof.name, "mode": dev.mode, "product": prof.title,
+                              "memory_type": prof.memory_type, "memory": prof.memory,
+                              "free_os_memory": prof.free_os_memory, "modes": list(prof.modes),
+                              "budget": b, "aicpu_cache": list(prof.aicpu_cache),
+                              "first_job_package": prof.first_job_package,
+                              "media_window": prof.media_window, "p2p": prof.p2p,
+                              "huge1g": prof.huge1g, "virtual_memory": prof.virtual_memory,
+                              "mem_info": {f"{mem}_{k}": v for k, v in info.items()},
+                              "precautions": dev.precautions()})
     print(f"{prof.title}  [{prof.name}; aliases: {', '.join(prof.aliases) or '-'}]")
     rows = [
         ("memory type", prof.memory_type),
@@ -135,10 +152,10 @@ def cmd_replay(args):
     from ascmem import trace as tr
     t = _load(args)
     model = args.model or EXAMPLE_MODELS.get(args.example or "", "atlas-inference")
-    want_curve = bool(args.plot)
-    progress = _progress_printer()
-    if want_curve and progress is None:
-        progress = (lambda i, n: None)
+    if args.plot:
+        from ascmem import plot
+        plot.require()  # before the replay, not after it
+    progress = _progress_printer()  # a terminal only; it changes nothing computed
     if args.paged or args.granule:
         if args.allocator not in ("device", "pool") or args.capacity:
             raise _Usage("--paged replays through a paged pool, whose range is virtual: no "
@@ -164,7 +181,9 @@ def cmd_replay(args):
     import warnings
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ascmem.PrecautionWarning)
-        report = tr.replay(t, target, progress=progress, snapshot=args.snapshot)
+        report = tr.replay(t, target, progress=progress, snapshot=args.snapshot,
+                           curve=bool(args.plot), snapshot_at_peak=args.at_peak,
+                           history_limit=args.max_entries)
     if progress is not None and sys.stdout.isatty():
         sys.stderr.write("\r" + " " * 24 + "\r")
     if isinstance(target, ascmem.Device):
@@ -176,7 +195,12 @@ def cmd_replay(args):
     for key in ("curve_live", "curve_used", "curve_used_label"):
         report.pop(key, None)
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        timing = {k: report.pop(k) for k in ("ops_per_sec", "seconds")}
+        report.update(allocator=args.allocator if not (args.paged or args.granule) else "paged-pool",
+                      target=where, model=getattr(target, "profile", None) and target.profile.name,
+                      mode=getattr(target, "mode", None),
+                      capacity=getattr(target, "capacity", None), source=t.source, timing=timing)
+        _json(args.command, report)
         return 1 if report["failures"] else 0
     print(f"ascmem replay: {t.name}: {report['events']:,} events, "
           f"{report['allocations']:,} allocations on {where}")
@@ -232,21 +256,42 @@ def cmd_fit(args):
     if args.allocator is None and not tr.tlsf_available():
         print("(tlsf skipped: pip install tlsfallocator to compare with it)", file=sys.stderr)
     peak = t.peak_live()
-    rows = []
+    rows, results = [], []
     for name in names:
         cap = tr.min_capacity(t, name, resolution=args.resolution)
         rows.append((name, _mib(cap), f"{peak / cap:.3f}"))
+        results.append({"allocator": name, "min_capacity": cap, "efficiency": peak / cap})
+    paged = []
+    for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
+        _check_granule(g)
+        eff, mapped = tr.physical_efficiency(t, g)
+        paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff})
+    if args.json:
+        return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
+                             "resolution": args.resolution, "allocators": results,
+                             "paged": paged})
     print(f"ascmem fit: {t.name}: peak live {_mib(peak)}; smallest arena that replays the "
           f"whole trace, found by bisection to {args.resolution // 1024} KiB")
     print(_table(rows, ("allocator", "min capacity", "efficiency")))
-    if args.paged or args.granule:
-        rows = []
-        for g in args.granule or (2 << 20, 64 << 10):
-            _check_granule(g)
-            eff, mapped = tr.physical_efficiency(t, g)
-            rows.append((f"paged pool, {_kib(g)} granules", _mib(mapped), f"{eff:.3f}"))
+    if paged:
+        rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
+                 f"{p['physical_efficiency']:.3f}") for p in paged]
         print("physical: a virtual range mapped in granules only where live bytes are")
         print(_table(rows, ("allocator", "peak mapped", "efficiency")))
+    return 0
+
+
+JSON_SCHEMA_VERSION = 1
+
+
+def _json(command, body):
+    """Prints one JSON document: the schema (docs/CLI_JSON.md), the ascmem
+    version, the command, then its fields; run-to-run noise only in timing."""
+    from ascmem._version import __version__
+    doc = {"schema": f"ascmem.{command}/{JSON_SCHEMA_VERSION}", "ascmem": __version__,
+           "command": command}
+    doc.update(body)
+    print(json.dumps(doc, indent=2, default=str))
     return 0
 
 
@@ -263,7 +308,7 @@ def _kib(n):
 
 def cmd_bench(args):
     from ascmem import bench
-    return bench.main(["--quick"] if args.quick else [])
+    return bench.main((["--quick"] if args.quick else []) + (["--json"] if args.json else []))
 
 
 def build_parser():
@@ -279,6 +324,7 @@ def build_parser():
     s.add_argument("--model", default="atlas-inference", help="product profile (default: %(default)s)")
     s.add_argument("--mode", default=None, help="EP or RC (default: the product's first)")
     s.add_argument("--list", action="store_true", help="list the product names and exit")
+    s.add_argument("--json", action="store_true", help="print the facts as JSON (docs/CLI_JSON.md)")
     s.set_defaults(func=cmd_info)
 
     def trace_args(s):
@@ -287,6 +333,12 @@ def build_parser():
         s.add_argument("--device", help="a PyTorch trace's device: cpu, cuda, npu, cuda:1, or a "
                        "snapshot's index (default: the one with the most events)")
         s.add_argument("--example", help="a shipped workload: " + ", ".join(sorted(EXAMPLE_MODELS)))
+
+    def snapshot_args(s):
+        s.add_argument("--at-peak", action="store_true",
+                       help="capture the device at its peak of live bytes, not at the trace's end")
+        s.add_argument("--max-entries", type=_positive_int, default=None,
+                       help="keep the last N allocation-history entries (default: all, as PyTorch)")
 
     s = sub.add_parser("replay", help="play a trace through a device or an allocator")
     trace_args(s)
@@ -302,6 +354,7 @@ def build_parser():
     s.add_argument("--plot", metavar="FILE.png", help="write live bytes per kind over time")
     s.add_argument("--snapshot", metavar="FILE.pickle",
                    help="write the device at the trace's end in PyTorch's memory-snapshot format")
+    snapshot_args(s)
     s.add_argument("--paged", action="store_true",
                    help="replay through a paged pool (a virtual range mapped in granules) and "
                    "report its physical efficiency: peak live / peak mapped")
@@ -315,7 +368,10 @@ def build_parser():
     s.add_argument("--model", help="product profile (default: the example's, else atlas-inference)")
     s.add_argument("--mode", default=None, help="EP or RC")
     s.add_argument("-o", "--output", default="snapshot.pickle", help="(default: %(default)s)")
-    s.set_defaults(func=cmd_snapshot, allocator="device", capacity=None, json=False, plot=None)
+    s.add_argument("--json", action="store_true", help="print the replay report as JSON")
+    snapshot_args(s)
+    s.set_defaults(func=cmd_snapshot, allocator="device", capacity=None, plot=None,
+                   paged=False, granule=None)
 
     s = sub.add_parser("fit", help="minimum capacity and efficiency per allocator")
     trace_args(s)
@@ -325,6 +381,7 @@ def build_parser():
                    help="bisection step in bytes (default: %(default)s)")
     s.add_argument("--paged", action="store_true",
                    help="also the physical efficiency (peak live / peak mapped) of a paged pool")
+    s.add_argument("--json", action="store_true", help="print the results as JSON (docs/CLI_JSON.md)")
     s.add_argument("--granule", type=_positive_int, action="append",
                    help="granule of --paged, repeat for several (units allowed; default 2MiB "
                    "and 64KiB)")
@@ -332,6 +389,7 @@ def build_parser():
 
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=cmd_bench)
     return p
 
@@ -359,19 +417,19 @@ def _positive_int(text):
 
 
 def main(argv=None):
-    from ascmem.errors import AscmemError, InvalidArgumentError
+    from ascmem.errors import AscmemError, OutOfMemoryError
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except _Usage as exc:
         parser.error(str(exc))
-    except InvalidArgumentError as exc:
-        print(f"ascmem: error: {exc}", file=sys.stderr)
-        return 2
-    except (AscmemError, OSError, ImportError) as exc:
+    except OutOfMemoryError as exc:  # the workload did not fit: 1, as a replay with failures
         print(f"ascmem: error: {exc}", file=sys.stderr)
         return 1
+    except (AscmemError, OSError, ImportError) as exc:  # bad input, unreadable or unwritable files
+        print(f"ascmem: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -6,16 +6,24 @@ COLORS = {"huge": "#1f77b4", "normal": "#2ca02c", "dvpp": "#ff7f0e", "host": "#9
           "": "#1f77b4"}
 
 
+def require():
+    """Raises, with the install hint, if matplotlib is missing (checked before
+    a replay, not after it)."""
+    try:
+        import matplotlib.figure  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    except ImportError:
+        raise AscmemError("--plot needs matplotlib: pip install matplotlib") from None
+
+
 def replay_plot(trace, report, path, title=None):
     """Writes a PNG: live requested bytes per kind over event time (stacked),
     the footprint (a device's pages in use, or an allocator's bytes held after
-    rounding), the peak and the first failure marked."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise AscmemError("--plot needs matplotlib: pip install 'ascmem[plot]'") from None
+    rounding), the peak and the first failure marked.  Draws on a Figure of
+    its own (the Agg canvas), so matplotlib's global backend is left alone."""
+    require()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
     live = report["curve_live"]
     used = report["curve_used"]
     if not live:
@@ -25,7 +33,9 @@ def replay_plot(trace, report, path, title=None):
                    key=lambda k: -min(point.get(k, 0) for point in live[len(live) // 10:] or live))
     x = range(len(live))
     mib = float(1 << 20)
-    fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+    fig = Figure(figsize=(11, 4.8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     stacks = [[point.get(k, 0) / mib for point in live] for k in kinds]
     ax.stackplot(x, *stacks, labels=[f"live, {k or 'all'}" for k in kinds],
                  colors=[COLORS.get(k, None) for k in kinds], alpha=0.75)
@@ -48,5 +58,4 @@ def replay_plot(trace, report, path, title=None):
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
     return path

@@ -11,7 +11,6 @@ import pickle
 
 from ascmem._core import kind_table
 
-TRACE_MAX_ENTRIES = 10000  # PyTorch's default trace_alloc_max_entries
 
 
 def _block(addr, size, requested, state):
@@ -19,9 +18,11 @@ def _block(addr, size, requested, state):
             "frames": []}
 
 
-def to_torch(device, history=(), stream=0):
+def to_torch(device, history=(), stream=0, limit=None):
     """The snapshot dict of a Device; ``history``: (action, addr, size) tuples,
-    action "alloc" or "free", oldest first (the last 10,000 are kept)."""
+    action "alloc" or "free", oldest first; limit: keep only the last that
+    many (default: all -- PyTorch's _record_memory_history keeps all too
+    unless told a max_entries)."""
     segments = []
     kinds = kind_table()
     by_kind = {}
@@ -49,7 +50,8 @@ def to_torch(device, history=(), stream=0):
             "frames": [], "blocks": out, "memory_kind": kind.name.lower(),
         })
     trace = []
-    for i, (action, addr, size) in enumerate(list(history)[-TRACE_MAX_ENTRIES:]):
+    history = list(history or ())
+    for i, (action, addr, size) in enumerate(history[-limit:] if limit else history):
         if action == "free":  # PyTorch logs a free as requested, then completed
             trace.append({"action": "free_requested", "addr": addr, "size": size,
                           "stream": stream, "frames": [], "time_us": i})
@@ -63,7 +65,10 @@ def to_torch(device, history=(), stream=0):
                                    "mode": device.mode}}
 
 
-def save_torch(device, path, history=()):
+def save_torch(device_or_snapshot, path, history=()):
+    """Writes the snapshot pickle of a Device (or a dict from to_torch)."""
+    snap = device_or_snapshot if isinstance(device_or_snapshot, dict) else \
+        to_torch(device_or_snapshot, history)
     with open(path, "wb") as f:
-        pickle.dump(to_torch(device, history), f)
+        pickle.dump(snap, f)
     return path

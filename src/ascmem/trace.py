@@ -57,6 +57,16 @@ class Trace:
     def allocations(self):
         return sum(1 for e in self.events if e.op == "a")
 
+    def peak_index(self):
+        """The event at which live bytes first reach their peak (-1: none)."""
+        live = peak = 0
+        at = -1
+        for i, e in enumerate(self.events):
+            live += e.size if e.op == "a" else -e.size
+            if live > peak:
+                peak, at = live, i
+        return at
+
     def peak_live(self):
         live = peak = 0
         for e in self.events:
@@ -410,16 +420,19 @@ def _device_call(device, e):
 
 
 def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progress=None,
-           snapshot=None):
+           snapshot=None, curve=False, snapshot_at_peak=False, history_limit=None):
     """Plays a trace through an allocator: a name (pool, buddy, tlsf) with a
     capacity, or any object with alloc/free (a Pool, a BuddyAllocator, a
     reference allocator), or a Device (kinds and policies honoured).
 
     Returns a report: peak_live, peak_used (bytes held by blocks at the worst
     moment, after rounding), failures, first_failure, per-kind peaks,
-    operations per second, and a per-event footprint when asked.  With a
-    Device, ``snapshot`` (a path) writes PyTorch's memory-snapshot pickle of
-    the device as the trace ends, with the allocation history."""
+    operations per second.  progress(i, n) is called now and then; curve:
+    record live bytes per kind and the footprint at every event (for plots:
+    curve_live, curve_used).  With a Device, ``snapshot`` (a path) writes
+    PyTorch's memory-snapshot pickle of the device as the trace ends -- or,
+    with snapshot_at_peak, at its peak of live bytes -- with the allocation
+    history (the last history_limit entries; default: all, as PyTorch)."""
     import ascmem
     if isinstance(allocator, str):
         if capacity is None:
@@ -435,6 +448,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     history = [] if snapshot else None
     if snapshot and not is_device:
         raise InvalidArgumentError("a snapshot needs a Device to replay through")
+    peak_at = trace.peak_index() if snapshot and snapshot_at_peak else None
+    captured = None
     t0 = time.perf_counter()
     for i, e in enumerate(trace.events):
         if e.op == "a":
@@ -478,15 +493,18 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             live_bytes -= e.size
             used_bytes -= sizes_used.pop(e.id)
             kind_live[e.kind] -= e.size
-        if progress is not None:
+        if i == peak_at:
+            from ascmem.snapshot import to_torch
+            captured = to_torch(allocator, history, limit=history_limit)
+        if curve:
             curve_live.append(dict(kind_live))
             if is_device:  # the footprint that counts: pages charged to the device
                 b = allocator.budget()
                 curve_used.append(b["huge_used"] + b["normal_used"])
             else:
                 curve_used.append(used_bytes)
-            if i % 4096 == 0:
-                progress(i, len(trace.events))
+        if progress is not None and i % 4096 == 0:
+            progress(i, len(trace.events))
     elapsed = time.perf_counter() - t0
     report = {
         "trace": trace.name, "events": len(trace.events), "allocations": trace.allocations,
@@ -496,14 +514,17 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     }
     if trace.has_kinds:
         report["per_kind_peak_live"] = {k: v for k, v in kind_peak.items()}
-    if progress is not None:
+    if curve:
         report["curve_live"] = curve_live
         report["curve_used"] = curve_used
         report["curve_used_label"] = "device pages in use" if is_device else "held after rounding"
     if snapshot:
-        from ascmem.snapshot import save_torch
-        save_torch(allocator, snapshot, history)
+        from ascmem.snapshot import save_torch, to_torch
+        if captured is None:
+            captured = to_torch(allocator, history, limit=history_limit)
+        save_torch(captured, snapshot)
         report["snapshot"] = str(snapshot)
+        report["snapshot_event"] = peak_at if peak_at is not None else len(trace.events) - 1
     if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
         stats = allocator.stats()
         report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
