@@ -171,3 +171,24 @@ def test_reset_frees_everything(allocator):
     with pytest.raises(ascmem.InvalidFreeError):
         allocator.free(a)
     allocator.check()
+
+
+def test_with_pool_closes_it():
+    import warnings
+    with ascmem.Pool(64 * MiB, base=BASE) as p:
+        a = p.alloc(1000)
+        p.free(a)
+    for call in (lambda: p.alloc(10), lambda: p.free(a), lambda: p.alloc_many([64, 64]),
+                 lambda: p.free_many([a]), p.reset):
+        with pytest.raises(ascmem.ClosedError) as e:
+            call()
+        assert e.value.code == 107002
+    assert p.stats()["live_count"] == 0  # statistics stay readable
+    p.close()  # idempotent
+    q = ascmem.Pool(64 * MiB, base=BASE)
+    q.alloc(100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        q.close()  # a live block is reported, as when a pool is collected with one
+    assert any(issubclass(w.category, ResourceWarning) for w in caught)
+    assert isinstance(ascmem.DeviceClosedError("x"), ascmem.ClosedError)

@@ -6,7 +6,8 @@ metadata; Device applies the CANN memory rules on top.
 
 import os as _os
 
-from ascmem.errors import (AscmemError, ArgumentTypeError, CorruptionError, DeviceClosedError,
+from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
+                           DeviceClosedError,
                            InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
                            PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, Policy
@@ -28,7 +29,8 @@ def get_include():
 
 
 __all__ = [
-    "AscmemError", "ArgumentTypeError", "BuddyAllocator", "CorruptionError", "Device",
+    "AscmemError", "ArgumentTypeError", "BuddyAllocator", "ClosedError", "CorruptionError",
+    "Device",
     "DeviceClosedError",
     "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "OutOfMemoryError",
     "Policy", "Pool", "PrecautionWarning", "Statistics", "UnsupportedError", "get_include",

@@ -157,6 +157,7 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_reset_peaks(ascm_device *d)
     int ascm_pluggable_register(int device, ascm_device *d)
     void ascm_pool_reset_peaks(ascm_pool *p)
+    int ascm_pool_close_if_empty(ascm_pool *p)
     uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
     int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align)
     int ascm_pool_sleep(ascm_pool *p, uint64_t addr)
@@ -178,6 +179,7 @@ cdef class Pool:
     cdef ascm_pool *_p
     cdef readonly uint64_t base, capacity, min_block, page_size
     cdef readonly uint64_t granule, release_threshold  # paged pools; 0 for contiguous ones
+    cdef bint _closed
     # C-level entry points for other Cython extensions (through the type's
     # vtable, so they need no link to this module): no Python call, no GIL.
     # They return an ascm_status (0 = ASCM_OK).

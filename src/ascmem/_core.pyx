@@ -12,7 +12,7 @@ from libc.string cimport memset
 import operator
 import warnings
 
-from ascmem.errors import (ArgumentTypeError, CorruptionError, DeviceClosedError,
+from ascmem.errors import (ArgumentTypeError, ClosedError, CorruptionError, DeviceClosedError,
                            InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
                            UnsupportedError)
 
@@ -322,7 +322,8 @@ cdef class Pool:
 
     def __dealloc__(self):
         if self._p is not NULL:
-            _warn_leaks("Pool", self._p, None)
+            if not self._closed:
+                _warn_leaks("Pool", self._p, None)
             ascm_pool_destroy(self._p)
 
     cdef int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil:
@@ -340,6 +341,8 @@ cdef class Pool:
         return addr
 
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align):
+        if self._closed:
+            raise ClosedError("the pool is closed")
         cdef ascm_stats s
         ascm_pool_stats(self._p, &s)
         _raise(st, _alloc_failure(st, size, align, self.capacity, &s))
@@ -349,6 +352,8 @@ cdef class Pool:
         cdef uint64_t a = as_u64(addr, "address")
         cdef int st = ascm_pool_free(self._p, a)
         if st != ASCM_OK:
+            if self._closed:
+                raise ClosedError("the pool is closed")
             _raise(st, f"{a:#x} is not the start of a live block of this pool")
 
     def usable_size(self, addr):
@@ -381,6 +386,8 @@ cdef class Pool:
             with nogil:
                 st = ascm_pool_alloc_many(self._p, &sz[0], n, al, &addrs[0], &done)
         if st != ASCM_OK:
+            if self._closed:
+                raise ClosedError("the pool is closed")
             ascm_pool_stats(self._p, &s)  # as it was when the request failed
             msg = _alloc_failure(st, sz[done], al, self.capacity, &s)
             if done:
@@ -400,6 +407,8 @@ cdef class Pool:
             with nogil:
                 st = ascm_pool_free_many(self._p, &a[0], n, &done)
         if st != ASCM_OK:
+            if self._closed:
+                raise ClosedError("the pool is closed")
             _raise(st, f"{n - done} of {n} addresses were not live blocks of this pool "
                        f"(the other {done} were freed)")
 
@@ -426,7 +435,27 @@ cdef class Pool:
 
     def reset(self):
         """Frees every block at once; addresses from before are invalid."""
+        if self._closed:
+            raise ClosedError("reset: the pool is closed")
         ascm_pool_reset(self._p)
+
+    def close(self):
+        """Ends the pool: blocks still live are reported (ResourceWarning, as
+        when a pool is collected with them) and dropped; every later
+        allocation, free and reset raises ClosedError (C callers get
+        ASCM_ERR_NOMEM / BADFREE); statistics stay readable.  Idempotent."""
+        if self._closed:
+            return
+        _warn_leaks("Pool", self._p, None)
+        ascm_pool_reset(self._p)
+        ascm_pool_close_if_empty(self._p)  # empty now: allocations refused from here on
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def reset_peaks(self):
         """Peak statistics start again from current use."""

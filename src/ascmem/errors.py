@@ -60,13 +60,18 @@ class UnsupportedError(AscmemError):
     code = ACL_ERROR_RT_FEATURE_NOT_SUPPORT
 
 
-class DeviceClosedError(AscmemError):
-    """The device was closed: its memory went back to the upstream, and every
-    allocation, free or view fails (the runtime's answer once a device's
-    context is gone: 107002, ACL_ERROR_RT_CONTEXT_NULL, in
+class ClosedError(AscmemError):
+    """The pool or device was closed: every allocation and free fails;
+    statistics stay readable (the runtime's answer once a device's context
+    is gone: 107002, ACL_ERROR_RT_CONTEXT_NULL, in
     ``include/external/acl/error_codes/rt_error_codes.h``)."""
 
     code = ACL_ERROR_RT_CONTEXT_NULL
+
+
+class DeviceClosedError(ClosedError):
+    """The device was closed: its memory went back to the upstream, and every
+    allocation, free or view fails."""
 
 
 class CorruptionError(AscmemError):
