@@ -263,3 +263,16 @@ def test_snapshot_json(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["schema"] == "ascmem.snapshot/1" and doc["snapshot"].endswith("s.pickle")
+
+
+@pytest.mark.parametrize("args,text", [
+    (("replay", "--example", "many_small", "--at-peak"), "--snapshot"),
+    (("replay", "--example", "many_small", "--allocator", "pool", "--model", "atlas-training"),
+     "--model and --mode"),
+    (("replay", "--example", "many_small", "--paged", "--mode", "EP"), "--model and --mode"),
+    (("replay", "--example", "many_small", "--device", "cuda"), "--device"),
+    (("fit", "--example", "many_small", "--device", "cpu"), "--device"),
+])
+def test_flags_that_would_do_nothing_are_usage_errors(args, text):
+    r = run(*args)
+    assert r.returncode == 2 and text in r.stderr

@@ -147,10 +147,24 @@ def _progress_printer():
     return show
 
 
+def _no_idle_flags(args, t):
+    """A flag that would change nothing in the chosen mode is a usage error."""
+    device = args.allocator == "device" and not (args.paged or args.granule)
+    if not args.snapshot and (args.at_peak or args.max_entries):
+        raise _Usage("--at-peak and --max-entries shape a snapshot: give --snapshot FILE too")
+    if not device and (args.model or args.mode):
+        raise _Usage("--model and --mode choose the device; this replay goes through "
+                     + ("a paged pool" if args.paged or args.granule else f"--allocator "
+                        f"{args.allocator}"))
+    if getattr(args, "device", None) and t.source.get("format") == "csv":
+        raise _Usage("--device picks the device of a PyTorch trace; this is an ascmem CSV trace")
+
+
 def cmd_replay(args):
     import ascmem
     from ascmem import trace as tr
     t = _load(args)
+    _no_idle_flags(args, t)
     model = args.model or EXAMPLE_MODELS.get(args.example or "", "atlas-inference")
     if args.plot:
         from ascmem import plot
@@ -252,6 +266,8 @@ def cmd_snapshot(args):
 def cmd_fit(args):
     from ascmem import trace as tr
     t = _load(args)
+    if args.device and t.source.get("format") == "csv":
+        raise _Usage("--device picks the device of a PyTorch trace; this is an ascmem CSV trace")
     names = args.allocator or [a for a in tr.ALLOCATORS if a != "tlsf" or tr.tlsf_available()]
     if args.allocator is None and not tr.tlsf_available():
         print("(tlsf skipped: pip install tlsfallocator to compare with it)", file=sys.stderr)
