@@ -130,6 +130,11 @@ typedef struct ascm_pool_config {
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out);
 void ascm_pool_destroy(ascm_pool *p);
 int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr);
+/* As ascm_pool_alloc, but the block is placed with pad more bytes after it
+ * (at most ASCM_MAX_PAD) that are not the caller's: its requested size, the
+ * one usable_size-style queries of a device report, stays size. */
+#define ASCM_MAX_PAD 64
+int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr);
 int ascm_pool_free(ascm_pool *p, uint64_t addr);
 int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size);
 int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size);
@@ -147,7 +152,7 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
  * and an allocation would, without the block ever being free: for reuse on
  * the same stream.  ASCM_ERR_INVAL unless the request would get exactly this
  * block's usable size and alignment. */
-int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align);
+int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align);
 /* With no live block: gives the spare slabs back and closes the pool (every
  * later allocation fails with ASCM_ERR_NOMEM); returns 1.  Else returns 0. */
 int ascm_pool_close_if_empty(ascm_pool *p);
@@ -258,6 +263,7 @@ void ascm_device_destroy(ascm_device *d);
  * its alignment, and the kinds it tries in order. */
 typedef struct ascm_route {
     uint64_t rounded, align;
+    uint64_t pad;      /* placed after the block, not reported: the sub-allocation tail */
     int kinds[2], nkinds;
     int reserve_event; /* a huge-page failure means the reserve is used up */
 } ascm_route;

@@ -306,29 +306,30 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
  * the grow hook and another round.  st: the status of the chunks before
  * first.  A request that fits under the maximum is not refused because
  * another thread grew the kind first: that thread's chunk is tried next. */
-static int try_chunks(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr,
-                      uint32_t first, int st) {
+static int try_chunks(ascm_device *d, int kind, uint64_t size, uint64_t pad, uint64_t align,
+                      uint64_t *addr, uint32_t first, int st) {
     for (int round = 0;; round++, first = 0, st = ASCM_ERR_NOMEM) {
         chunk_table *t = table_of(d, kind);
         if (!t) return ASCM_ERR_NOMEM;
         for (uint32_t i = first; i < t->n; i++) {
-            int got = ascm_pool_alloc(t->c[i].pool, size, align, addr);
+            int got = ascm_pool_alloc_padded(t->c[i].pool, size, pad, align, addr);
             if (got == ASCM_OK || got == ASCM_ERR_INVAL) return got;
             if (got == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) st = got;
         }
         if (st != ASCM_ERR_NOMEM || round >= GROW_ROUNDS || !d->growable[kind] || !d->grow ||
-            d->grow(d->grow_ctx, kind, size, align, t->generation) != ASCM_OK)
+            d->grow(d->grow_ctx, kind, size + pad, align, t->generation) != ASCM_OK)
             return st;
     }
 }
 
 /* The first chunk inline: it serves nearly every request. */
-static inline int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t align, uint64_t *addr) {
+static inline int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t pad, uint64_t align,
+                           uint64_t *addr) {
     chunk_table *t = table_of(d, kind);
-    if (ASCM_UNLIKELY(!t || !t->n)) return try_chunks(d, kind, size, align, addr, 0, ASCM_ERR_NOMEM);
-    int got = ascm_pool_alloc(t->c[0].pool, size, align, addr);
+    if (ASCM_UNLIKELY(!t || !t->n)) return try_chunks(d, kind, size, pad, align, addr, 0, ASCM_ERR_NOMEM);
+    int got = ascm_pool_alloc_padded(t->c[0].pool, size, pad, align, addr);
     if (ASCM_LIKELY(got == ASCM_OK) || got == ASCM_ERR_INVAL) return got;
-    return try_chunks(d, kind, size, align, addr, 1, got);
+    return try_chunks(d, kind, size, pad, align, addr, 1, got);
 }
 
 static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
@@ -337,6 +338,13 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     if (size > (1ull << 62)) return ASCM_ERR_NOMEM; /* no device has this much; rounding would wrap */
     r->rounded = (size + 31) & ~31ull;
     r->align = 64;
+    /* Every piece cut from a larger block needs ALIGN_UP(len, 32) + 32 bytes
+     * at a 64-byte start, whichever call made the block: hicann/runtime
+     * docs/api_docs/aclrtMallocAlign32.md lines 43-45 (commit 06531b1), the
+     * same on aclrtMalloc's page.  aclrtMallocAlign32 and the 1 GiB-page
+     * policies report ALIGN_UP(len, 32) and are placed with the 32-byte tail
+     * (pad) after it, which is nobody's. */
+    r->pad = mode == ASCM_SIZE_ALIGN32 ? 32 : 0;
     r->nkinds = 1;
     r->reserve_event = 0;
     if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) r->rounded += 32;
@@ -364,6 +372,7 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
         if (!table_of(d, ASCM_KIND_HUGE1G)) return ASCM_ERR_UNSUPPORTED;
         r->kinds[0] = ASCM_KIND_HUGE1G;
         r->rounded = (size + 31) & ~31ull; /* 1 GiB pages: CANN rounds without the extra 32 */
+        r->pad = 32;                         /* ...and the sub-allocated piece keeps its tail */
         return ASCM_OK;
     case HUGE_ONLY:
     case HUGE_ONLY_P2P:
@@ -412,13 +421,13 @@ static int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode, 
     int st = route(d, size, policy, mode, &r);
     if (st != ASCM_OK) return st;
     *kind = r.kinds[0];
-    st = try_kind(d, r.kinds[0], r.rounded, r.align, addr);
+    st = try_kind(d, r.kinds[0], r.rounded, r.pad, r.align, addr);
     if (st != ASCM_OK && r.reserve_event && (st == ASCM_ERR_BUDGET || st == ASCM_ERR_NOMEM) &&
         !d->b.huge_grows)
         *events |= ASCM_EVENT_RESERVE_FULL;
     if (st != ASCM_OK && r.nkinds > 1) { /* HUGE_FIRST: normal pages when huge ones ran out */
         *kind = r.kinds[1];
-        st = try_kind(d, r.kinds[1], r.rounded, r.align, addr);
+        st = try_kind(d, r.kinds[1], r.rounded, r.pad, r.align, addr);
         if (st == ASCM_OK) *events |= ASCM_EVENT_HUGE_FALLBACK;
     }
     if (st == ASCM_OK && *kind == ASCM_KIND_DVPP && media_over_90(d)) *events |= ASCM_EVENT_MEDIA_90;

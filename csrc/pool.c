@@ -140,7 +140,8 @@ static int lent_to_slab(const void *ctx, uint32_t node, uint64_t off) {
 
 /* The kept block, if it is exactly what a large request of size and align
  * would get; charged and out of last_freed. */
-static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t align) {
+static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t requested,
+                                        uint64_t align) {
     uint32_t node = p->last_freed;
     if (!node) return ASCM_NODE_NONE;
     ascm_fit_node *blk = &p->fit.nodes[node];
@@ -148,7 +149,7 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t al
     if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) || charge_block(p, blk) != ASCM_OK)
         return ASCM_NODE_NONE;
     p->last_freed = ASCM_NODE_NONE;
-    blk->slack = (uint32_t)((n << p->gshift) - size);
+    blk->slack = (uint32_t)((n << p->gshift) - requested);
     return node;
 }
 
@@ -231,24 +232,25 @@ static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested
 /* With unmapped, a large block is not put in the blocks map: its node is
  * stored there (0 for a slab slot) for the caller to put, and `pending` such
  * puts are outstanding (room is reserved for them). */
-static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr,
-                               uint32_t *unmapped, uint32_t pending) {
+/* size: the bytes placed; requested: the caller's (size less a pad). */
+static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align,
+                               uint64_t *addr, uint32_t *unmapped, uint32_t pending) {
     if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
     int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
     int st;
     if (ASCM_LIKELY(cls >= 0)) {
         uint64_t off;
-        st = ascm_slab_alloc(p, cls, size, &off);
+        st = ascm_slab_alloc(p, cls, requested, &off);
         if (ASCM_LIKELY(st == ASCM_OK)) {
             if (unmapped) *unmapped = ASCM_NODE_NONE;
-            count_alloc(p, p->classes[cls].size, size);
+            count_alloc(p, p->classes[cls].size, requested);
             *addr = p->base + off;
             return ASCM_OK;
         }
         /* no room for a whole slab: a block of a few units may still fit */
     }
     if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
-    uint32_t node = reuse_last_freed(p, size, align);
+    uint32_t node = reuse_last_freed(p, size, requested, align);
     /* A fresh large block: spare slabs go back first.  Where they sit they
      * split free space that best fit would otherwise use: on the real traces
      * keeping them cost resnet50 1.000 -> 0.862, the decoder 0.890 -> 0.872
@@ -259,14 +261,14 @@ static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t align, uint
      * decoder.)  Cost: the C LIFO benchmark, which mixes the two, 441 -> 547
      * instructions per pair. */
     if (!node && ASCM_UNLIKELY(p->empty_slabs)) ascm_slab_trim(p);
-    st = node ? ASCM_OK : take_block(p, size, align, size, 0, &node);
+    st = node ? ASCM_OK : take_block(p, size, align, requested, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
-        st = take_block(p, size, align, size, 0, &node);
+        st = take_block(p, size, align, requested, 0, &node);
     if (st == ASCM_OK) {
         const ascm_fit_node *blk = &p->fit.nodes[node];
         if (unmapped) *unmapped = node;
         else ascm_map_put(&p->blocks, blk->off, node);
-        count_alloc(p, (uint64_t)blk->len << p->gshift, size);
+        count_alloc(p, (uint64_t)blk->len << p->gshift, requested);
         *addr = p->base + ((uint64_t)blk->off << p->gshift);
         return ASCM_OK;
     }
@@ -285,7 +287,17 @@ int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     ascm_pool_lock(p);
-    st = alloc_locked(p, size, align, addr, NULL, 0);
+    st = alloc_locked(p, size, size, align, addr, NULL, 0);
+    ascm_pool_unlock(p);
+    return st;
+}
+
+int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
+    if (pad > ASCM_MAX_PAD || size + pad < size) return ASCM_ERR_INVAL;
+    int st = check_request(p, size + pad, align);
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    ascm_pool_lock(p);
+    st = alloc_locked(p, size + pad, size, align, addr, NULL, 0);
     ascm_pool_unlock(p);
     return st;
 }
@@ -384,7 +396,7 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
             breathe_at += BATCH_SLICE;
         }
         st = check_request(p, sizes[i], align);
-        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], align, &addrs[i], &node, pending);
+        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], sizes[i], align, &addrs[i], &node, pending);
         if (st != ASCM_OK) break;
         if (!node) continue;
         if (pending == BATCH_AHEAD) {
@@ -581,11 +593,11 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
     return units_for(p, size) << p->gshift;
 }
 
-int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align) {
+int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) {
     ascm_pool_lock(p);
     uint64_t usable, old;
-    int st = lookup_locked(p, addr, &usable, &old);
-    if (st == ASCM_OK && (ascm_pool_usable_for(p, requested, align) != usable ||
+    int st = pad > ASCM_MAX_PAD ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
+    if (st == ASCM_OK && (ascm_pool_usable_for(p, requested + pad, align) != usable ||
                           ((addr - p->base) & (align - 1))))
         st = ASCM_ERR_INVAL;
     if (st == ASCM_OK) {
@@ -723,7 +735,7 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
         if (ascm_map_get(&p->blocks, n->off) != i) {
             st = ascm_fail(msg, msglen, "used block at unit %llu is not in the block map",
                            (unsigned long long)n->off);
-        } else if (n->slack >= p->gran || n->slack >= len) {
+        } else if (n->slack >= p->gran + ASCM_MAX_PAD || n->slack >= len) {
             st = ascm_fail(msg, msglen, "block at unit %llu has a bad requested size",
                            (unsigned long long)n->off);
         }

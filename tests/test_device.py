@@ -366,3 +366,21 @@ def test_peaks_reset_and_the_limit_reads_back():
     assert pool.stats()["peak_used"] == 1 << 20
     pool.reset_peak_memory_stats()
     assert pool.stats()["peak_used"] == 0 and pool.stats()["peak_live_count"] == 0
+
+
+@pytest.mark.parametrize("call", ["malloc_align32", "huge1g"])
+def test_sub_allocated_blocks_keep_the_32_byte_tail(call):
+    """hicann/runtime docs/api_docs/aclrtMallocAlign32.md lines 43-45: every
+    piece cut from a larger block needs ALIGN_UP(len, 32) + 32 bytes at a
+    64-byte start, whichever call made the block.  aclrtMallocAlign32 and
+    the 1 GiB-page policies still report ALIGN_UP(len, 32)."""
+    d = ascmem.Device("atlas-a2-training")
+    alloc = (d.malloc_align32 if call == "malloc_align32" else
+             lambda n: d.malloc(n, ascmem.Policy.HUGE1G_ONLY))
+    for n in (1, 100, 4000, 40_000, 3 * MiB + 5):
+        blocks = sorted(alloc(n) for _ in range(3))
+        for a, b in zip(blocks, blocks[1:]):
+            assert d.usable_size(a) == (n + 31) // 32 * 32  # the API-level rounding
+            assert b - a >= d.usable_size(a) + 32            # and the tail before the next piece
+            assert a % 64 == 0
+    d.check()

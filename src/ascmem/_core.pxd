@@ -113,7 +113,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_create(const ascm_device_config *cfg, ascm_device **out)
     void ascm_device_destroy(ascm_device *d)
     ctypedef struct ascm_route:
-        uint64_t rounded, align
+        uint64_t rounded, align, pad
         int kinds[2]
         int nkinds
         int reserve_event
@@ -159,7 +159,8 @@ cdef extern from "ascmem.h" nogil:
     void ascm_pool_reset_peaks(ascm_pool *p)
     int ascm_pool_close_if_empty(ascm_pool *p)
     uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
-    int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t align)
+    int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad,
+                          uint64_t align)
     int ascm_pool_sleep(ascm_pool *p, uint64_t addr)
     int ascm_pool_wake(ascm_pool *p, uint64_t addr)
     void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx)

@@ -152,7 +152,7 @@ cdef class _StreamLedger:
             if b.kind not in kinds or len(b.holders) != 1:
                 continue
             p = ascm_device_pool_at(d, b.addr, NULL)
-            if p is NULL or ascm_pool_relabel(p, b.addr, r.rounded, r.align) != ASCM_OK:
+            if p is NULL or ascm_pool_relabel(p, b.addr, r.rounded, r.pad, r.align) != ASCM_OK:
                 continue
             blocks.remove(b)
             if not blocks:
