@@ -262,12 +262,14 @@ def test_reuse_refuses_host_freed_and_too_long():
 
 def test_reuse_refuses_a_start_not_128_aligned():
     d = dev()
-    a = d.malloc(64)  # 64-byte aligned; may or may not be 128-aligned
-    b = d.malloc(64)
-    odd = a if a % 128 else b
-    if odd % 128:
-        with pytest.raises(ascmem.MisalignedError):
-            d.as_model_input(odd, 64)
+    # 100 bytes take 160, a 192-byte slab slot: every other slot starts at 64 mod 128
+    blocks = [d.malloc(100) for _ in range(4)]
+    odd = [a for a in blocks if a % 128 == 64]
+    even = [a for a in blocks if a % 128 == 0]
+    assert odd and even
+    with pytest.raises(ascmem.MisalignedError):
+        d.as_model_input(odd[0], 100)
+    assert d.as_model_input(even[0], 100) == even[0]
 
 
 # ---- get_mem_info ----------------------------------------------------------------

@@ -8,7 +8,7 @@ import os as _os
 
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
                            DeviceClosedError,
-                           InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+                           InvalidArgumentError, InvalidFreeError, MisalignedError, OutOfMemoryError,
                            PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
@@ -32,7 +32,8 @@ __all__ = [
     "AscmemError", "ArgumentTypeError", "BuddyAllocator", "ClosedError", "CorruptionError",
     "Device",
     "DeviceClosedError",
-    "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "OutOfMemoryError",
+    "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "MisalignedError",
+    "OutOfMemoryError",
     "Policy", "Pool", "PrecautionWarning", "Statistics", "UnsupportedError", "get_include",
     "profiles", "statistics",
 ]

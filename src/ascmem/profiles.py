@@ -181,7 +181,6 @@ def mode_of(profile, mode):
 def precautions(profile, mode):
     """The CANN memory precautions that apply to this product in this mode."""
     out = []
-    mb = 1000 * 1000
     if profile.huge_reserve_fraction:
         reserve = profile.huge_reserve(profile.free_os_memory)
         out.append(
@@ -198,8 +197,8 @@ def precautions(profile, mode):
         lo, hi = profile.aicpu_cache
         out.append(
             f"AI CPU operator cache: the first inference or training job after the device starts "
-            f"copies the AI CPU operators to the device and keeps them there, taking {lo // mb}-"
-            f"{hi // mb} MB of device memory until the device is restarted.")
+            f"copies the AI CPU operators to the device and keeps them there, taking {lo // MiB}-"
+            f"{hi // MiB} MB of device memory until the device is restarted.")  # the seed's figures
     if profile.first_job_package:
         out.append(f"The first job loads a system package of about "
                    f"{profile.first_job_package // MiB} MB into device memory.")
