@@ -1,7 +1,9 @@
 /* libFuzzer harness over the C core's public functions: the input is a
- * stream of operations on one pool, one buddy allocator and one device
- * (allocations, frees, batches, trims, and the device's lifecycle: resets,
- * a gate shut and reopened around calls, close).  Any crash, sanitizer
+ * stream of operations on one pool, one buddy allocator, one paged pool
+ * (allocations, frees, sleep and wake, trims; its map hook keeps a mirror of
+ * the mapped granules that must agree with the pool's statistics) and one
+ * device (allocations, frees, batches, trims, and the device's lifecycle:
+ * resets, a gate shut and reopened around calls, close).  Any crash, sanitizer
  * report or failed check() is a finding, and so is a statistic that lies:
  * a pool with nothing live must report its whole capacity free.
  *   make -C fuzz run      (clang, libFuzzer + ASan + UBSan)
@@ -13,6 +15,38 @@
 #include <string.h>
 
 #define SLOTS 64
+#define GRANULE (64u << 10)
+#define PAGED_GRANULES 256u
+
+/* The paged pool's map hook: a byte per granule; mapping a mapped granule
+ * is a finding; refuses when told to (failure injection). */
+typedef struct mirror {
+    uint8_t mapped[PAGED_GRANULES];
+    int refuse;
+} mirror;
+
+static int mirror_map(void *ctx, uint64_t addr, uint64_t size, int map) {
+    mirror *m = ctx;
+    if (map && m->refuse) return 1;
+    for (uint64_t a = addr; a < addr + size; a += GRANULE) {
+        uint64_t g = (a - (1ull << 36)) / GRANULE;
+        if (g >= PAGED_GRANULES || (map && m->mapped[g])) abort();
+        m->mapped[g] = (uint8_t)map;
+    }
+    return 0;
+}
+
+static void paged_agrees(ascm_pool *p, const mirror *m) {
+    ascm_stats st;
+    uint64_t n = 0;
+    for (unsigned g = 0; g < PAGED_GRANULES; g++) n += m->mapped[g];
+    ascm_pool_stats(p, &st);
+    if (st.mapped != n * GRANULE) {
+        fprintf(stderr, "paged pool: %llu bytes mapped, the hook saw %llu\n",
+                (unsigned long long)st.mapped, (unsigned long long)(n * GRANULE));
+        abort();
+    }
+}
 
 static uint64_t take(const uint8_t **p, size_t *n, int bytes) {
     uint64_t v = 0;
@@ -28,8 +62,13 @@ static void must_check(int st, const char *what, const char *msg) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    ascm_pool *pool;
+    ascm_pool *pool, *paged;
     ascm_buddy *buddy;
+    mirror mirror_state;
+    memset(&mirror_state, 0, sizeof mirror_state);
+    ascm_pool_config gc = {.base = 1ull << 36, .size = PAGED_GRANULES * GRANULE, .min_block = 4096,
+                           .page_size = GRANULE, .paged = 1, .map = mirror_map,
+                           .map_ctx = &mirror_state, .release_threshold = (size & 6) * GRANULE};
     ascm_device *dev;
     ascm_pool_config pc = {.base = 1ull << 32, .size = 8u << 20, .min_block = 4096,
                            .page_size = 2u << 20};
@@ -42,9 +81,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dc.budget.shared = 8u << 20;
     dc.budget.huge_grows = size & 1;
     if (ascm_pool_create(&pc, &pool) || ascm_buddy_create(1ull << 32, 6u << 20, 4096, &buddy) ||
-        ascm_device_create(&dc, &dev))
+        ascm_device_create(&dc, &dev) || ascm_pool_create(&gc, &paged))
         abort();
-    uint64_t live[3][SLOTS] = {{0}};
+    uint64_t live[4][SLOTS] = {{0}};
     char msg[256];
     int closed = 0, epoch = 0;
     while (size) {
@@ -54,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t req = take(&data, &size, 3) & ((1ull << shift) - 1);
         uint64_t align = 1ull << (take(&data, &size, 1) % 14);
         int kind, events;
-        switch (op % 10) {
+        switch (op % 13) {
         case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
             if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
                 live[0][slot] = 0;
@@ -128,18 +167,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
             break;
         }
+        case 9: /* paged pool: allocations (padded too), some with the backend refusing */
+            mirror_state.refuse = (align & 0x1000) != 0;
+            if (!live[3][slot] && ascm_pool_alloc_padded(paged, req, req & 32, align, &live[3][slot]) != ASCM_OK)
+                live[3][slot] = 0;
+            mirror_state.refuse = 0;
+            break;
+        case 10:
+            ascm_pool_free(paged, live[3][slot] ? live[3][slot] : req + (1ull << 36));
+            live[3][slot] = 0;
+            break;
+        case 11: /* sleep and wake, valid or not, the backend refusing at times */
+            mirror_state.refuse = (align & 0x2000) != 0;
+            if (req & 1) ascm_pool_sleep(paged, live[3][slot] ? live[3][slot] : req);
+            else ascm_pool_wake(paged, live[3][slot] ? live[3][slot] : req);
+            mirror_state.refuse = 0;
+            break;
         default:
             if (req & 1) ascm_pool_trim(pool);
+            if (req & 2) ascm_pool_trim(paged);
+            paged_agrees(paged, &mirror_state);
+            must_check(ascm_pool_check(paged, msg, sizeof msg), "paged", msg);
             must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);
             must_check(ascm_buddy_check(buddy, msg, sizeof msg), "buddy", msg);
         }
     }
     must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);
     must_check(ascm_buddy_check(buddy, msg, sizeof msg), "buddy", msg);
+    paged_agrees(paged, &mirror_state);
+    must_check(ascm_pool_check(paged, msg, sizeof msg), "paged", msg);
     for (int k = 0; k < ASCM_KINDS; k++)
         if (ascm_device_pool(dev, k))
             must_check(ascm_pool_check(ascm_device_pool(dev, k), msg, sizeof msg), "device", msg);
     ascm_pool_destroy(pool);
+    ascm_pool_destroy(paged);
     ascm_buddy_destroy(buddy);
     ascm_device_destroy(dev);
     return 0;
