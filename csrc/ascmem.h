@@ -242,7 +242,9 @@ typedef struct ascm_device_config {
      * host memory stay contiguous. */
     int paged;
     ascm_map_fn map;
+    void *map_ctx;
     uint64_t release_threshold; /* per paged kind: free granules kept mapped, in bytes */
+    uint64_t granule_min;       /* paged kinds: granule = max(the kind's page, this) */
 } ascm_device_config;
 
 #define ASCM_MAX_CHUNKS 64 /* chunks a kind holds at once */

@@ -76,6 +76,8 @@ struct ascm_device {
     int p2p;
     int paged;            /* see ascm_device_config */
     ascm_map_fn map;
+    void *map_ctx;
+    uint64_t granule_min;
     uint64_t release_threshold;
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
@@ -185,6 +187,8 @@ static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_po
     if (d->paged && ascm_kind(k)->freed_by == ASCM_FREE_DEVICE) {
         pc.paged = 1;
         pc.map = d->map;
+        pc.map_ctx = d->map_ctx;
+        if (pc.page_size < d->granule_min) pc.page_size = d->granule_min;
         pc.release_threshold = d->release_threshold;
     }
     if (ascm_kind(k)->device) { /* host memory is not charged to the device */
@@ -247,6 +251,8 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     d->p2p = cfg->p2p;
     d->paged = cfg->paged != 0;
     d->map = cfg->map;
+    d->map_ctx = cfg->map_ctx;
+    d->granule_min = cfg->granule_min;
     d->release_threshold = cfg->release_threshold;
     for (int k = 0; k < ASCM_KINDS; k++) {
         d->base[k] = cfg->base[k];

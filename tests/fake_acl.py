@@ -94,6 +94,73 @@ def make(capacity=None, fail=None):
         record("rt.get_mem_info", attr)
         return 1 << 30, 1 << 31, ACL_SUCCESS
 
+    # virtual memory management (pyACL names: acl.rt.reserve_mem_address,
+    # malloc_physical, map_mem, unmap_mem, free_physical, release_mem_address;
+    # addresses and sizes 2 MB-aligned, as aclrtMapMem requires)
+    granule = 2 << 20
+    reserved = {}   # base -> size
+    physical = {}   # handle -> size
+    mapped = {}     # address -> handle
+    next_handle = [1]
+    next_range = [0x9000_0000_0000]
+
+    def reserve_mem_address(size, alignment, expect_ptr, flags):
+        record("rt.reserve_mem_address", size)
+        if size <= 0 or size % granule:
+            return 0, ACL_ERROR_INVALID_PARAM
+        injected = mod.fail("rt.reserve_mem_address", size) if mod.fail else 0
+        if injected:
+            return 0, injected
+        base = next_range[0]
+        next_range[0] += (size + granule - 1) // granule * granule + granule
+        reserved[base] = size
+        return base, ACL_SUCCESS
+
+    def release_mem_address(ptr):
+        record("rt.release_mem_address", ptr)
+        if ptr not in reserved or any(base <= a < base + reserved[ptr] for base in [ptr]
+                                      for a in mapped):
+            return ACL_ERROR_INVALID_PARAM  # unknown, or still mapped
+        del reserved[ptr]
+        return ACL_SUCCESS
+
+    def malloc_physical(size, prop, flags):
+        record("rt.malloc_physical", size)
+        if size <= 0 or size % granule:
+            return 0, ACL_ERROR_INVALID_PARAM
+        injected = mod.fail("rt.malloc_physical", size) if mod.fail else 0
+        if injected:
+            return 0, injected
+        if mod.capacity is not None and sum(live.values()) + sum(physical.values()) + size > mod.capacity:
+            return 0, ACL_ERROR_RT_MEMORY_ALLOCATION
+        h = next_handle[0]
+        next_handle[0] += 1
+        physical[h] = size
+        return h, ACL_SUCCESS
+
+    def free_physical(handle):
+        record("rt.free_physical", handle)
+        if handle not in physical or handle in mapped.values():
+            return ACL_ERROR_INVALID_PARAM
+        del physical[handle]
+        return ACL_SUCCESS
+
+    def map_mem(ptr, size, offset, handle, flags):
+        record("rt.map_mem", ptr, size, handle)
+        inside = any(base <= ptr and ptr + size <= base + n for base, n in reserved.items())
+        if (not inside or ptr % granule or size != physical.get(handle) or offset or
+                ptr in mapped or handle in mapped.values()):
+            return ACL_ERROR_INVALID_PARAM
+        injected = mod.fail("rt.map_mem", size) if mod.fail else 0
+        if injected:
+            return injected
+        mapped[ptr] = handle
+        return ACL_SUCCESS
+
+    def unmap_mem(ptr):
+        record("rt.unmap_mem", ptr)
+        return ACL_SUCCESS if mapped.pop(ptr, None) is not None else ACL_ERROR_INVALID_PARAM
+
     mod = types.SimpleNamespace(
         rt=types.SimpleNamespace(
             malloc=malloc, malloc_align32=malloc_align32,
@@ -102,9 +169,12 @@ def make(capacity=None, fail=None):
             free_host=lambda ptr: _free("rt.free_host", ptr),
             get_mem_info=get_mem_info, create_event=create_event, record_event=record_event,
             query_event_status=query_event_status, destroy_event=destroy_event,
-            synchronize_stream=synchronize_stream),
+            synchronize_stream=synchronize_stream, reserve_mem_address=reserve_mem_address,
+            release_mem_address=release_mem_address, malloc_physical=malloc_physical,
+            free_physical=free_physical, map_mem=map_mem, unmap_mem=unmap_mem),
         media=types.SimpleNamespace(
             dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
-        calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish)
+        calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish,
+        reserved=reserved, physical=physical, mapped=mapped)
     return mod

@@ -46,7 +46,8 @@ def _device(backend, paged=False):
     kw = {"memory": 4 * GiB, "paged": paged}
     if backend == "acl":
         kw.update(acl_module=fake_acl.make(), pool_sizes={k: 64 * MiB for k in
-                                                          ("huge", "normal", "dvpp", "host", "huge1g")})
+                                                          ("huge", "normal", "dvpp", "host")})
+        kw["pool_sizes"]["huge1g"] = GiB  # a paged one maps whole 1 GiB granules
     return lambda: ascmem.Device("atlas-a2-training", backend=backend, **kw)
 
 
@@ -76,7 +77,7 @@ VARIANTS = [
 ] + [
     Variant(f"Device-paged-{backend}-{kind.name.lower()}", _device(backend, paged=True), calls[0],
             calls[1], calls[2], kind, backend == "host")
-    for backend in ("sim", "host") for kind, calls in _KIND_CALLS.items()
+    for backend in ("sim", "host", "acl") for kind, calls in _KIND_CALLS.items()
     if kind in (MemKind.HUGE, MemKind.NORMAL, MemKind.HUGE1G)
 ]
 

@@ -193,10 +193,82 @@ def test_paged_needs_virtual_memory(model, backend):
     assert e.value.code == 207000 and "virtual memory" in str(e.value)
 
 
-def test_paged_acl_backend_is_refused_not_faked():
+def _acl_paged(**kw):
     import fake_acl
-    with pytest.raises(ascmem.UnsupportedError, match="acl backend"):
-        ascmem.Device("atlas-a2-training", backend="acl", acl_module=fake_acl.make(), paged=True)
+    acl = fake_acl.make()
+    return acl, ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True, **kw)
+
+
+def test_paged_acl_device_maps_runtime_memory_under_live_blocks():
+    """The recording stand-in: aclrtReserveMemAddress for the ranges, one
+    aclrtMallocPhysical + aclrtMapMem per 2 MB granule, undone at free."""
+    acl, d = _acl_paged()
+    assert acl.reserved and not acl.physical
+    a = d.malloc(5 * MiB, ascmem.Policy.HUGE_ONLY)
+    b = d.malloc(100)  # normal pages: mapped in 2 MB granules too
+    assert len(acl.mapped) == len(acl.physical) == 3 + 1
+    assert d.stats()["huge"]["mapped"] == 6 * MiB and d.budget()["huge_used"] == 6 * MiB
+    d.check()
+    d.free(a)
+    d.free(b)
+    assert not acl.mapped and not acl.physical
+    d.check()
+    d.close()
+    assert not acl.reserved  # every range released
+
+
+def test_paged_acl_refusal_leaves_nothing_mapped():
+    acl, d = _acl_paged()
+    keep = d.malloc(3 * MiB, ascmem.Policy.HUGE_ONLY)
+    granules = len(acl.mapped)
+    count = [0]
+
+    def fail(name, size):  # the runtime runs out on the third granule
+        if name == "rt.malloc_physical":
+            count[0] += 1
+            return 207001 if count[0] == 3 else 0
+        return 0
+    acl.fail = fail
+    with pytest.raises(ascmem.OutOfMemoryError, match="refused physical memory"):
+        d.malloc(9 * MiB, ascmem.Policy.HUGE_ONLY)
+    assert len(acl.mapped) == len(acl.physical) == granules
+    assert d.stats()["huge"]["live_count"] == 1
+    d.check()
+    acl.fail = lambda name, size: 207000 if name == "rt.map_mem" else 0
+    with pytest.raises(ascmem.OutOfMemoryError):
+        d.malloc(4 * MiB, ascmem.Policy.HUGE_ONLY)
+    assert len(acl.mapped) == len(acl.physical) == granules
+    acl.fail = None
+    d.free(keep)
+    d.check()
+
+
+def test_paged_acl_sleep_wake_reset():
+    acl, d = _acl_paged()
+    kv = d.malloc(8 * MiB, ascmem.Policy.HUGE_ONLY, tag="kv")
+    with pytest.raises(ascmem.UnsupportedError, match="keep=True"):
+        d.sleep("kv")  # contents would need device-to-host copies
+    d.sleep("kv", keep=False)
+    assert not acl.mapped
+    acl.fail = lambda name, size: 207001 if name == "rt.malloc_physical" else 0
+    with pytest.raises(ascmem.OutOfMemoryError):
+        d.wake("kv")
+    assert not acl.mapped and not acl.physical  # still asleep, nothing half mapped
+    acl.fail = None
+    d.wake("kv")
+    assert len(acl.mapped) == 5
+    d.check()
+    d.reset()  # the old ranges' memory and the ranges go; fresh ones come
+    assert not acl.mapped and not acl.physical and acl.reserved
+    d.free(d.malloc(MiB))
+    d.check()
+
+
+def test_paged_acl_device_is_not_for_the_pluggable_functions():
+    from ascmem import pluggable
+    _, d = _acl_paged()
+    with pytest.raises(ascmem.UnsupportedError, match="pluggable"):
+        pluggable.configure(d)
 
 
 def test_a_closed_paged_device_never_touches_its_old_range():

@@ -103,7 +103,9 @@ cdef extern from "ascmem.h" nogil:
         int growable[5]
         int paged
         ascm_map_fn map
+        void *map_ctx
         uint64_t release_threshold
+        uint64_t granule_min
     ctypedef struct ascm_device:
         pass
     enum:

@@ -396,6 +396,10 @@ cdef class Device(_DeviceReadout):
                 # before anything that may release the GIL (pyACL frees below):
                 # other threads must find no bookkeeping of the blocks just freed
                 parts.forget_blocks()
+                if parts.mapper is not None:  # the old ranges' physical memory, then the ranges
+                    for chunks in old:
+                        for base, size in chunks:
+                            parts.mapper.release_range(base, size)
                 parts.growth.retire(old)
         finally:
             ascm_device_reopen(self._d)
@@ -416,6 +420,8 @@ cdef class Device(_DeviceReadout):
             with nogil:
                 ascm_device_close(self._d)  # waits out callers inside
         parts.ledger.drop_events()
+        if parts.mapper is not None:
+            parts.mapper.release_all()
         parts.growth.close()
 
     def __enter__(self):
@@ -432,12 +438,17 @@ cdef class Device(_DeviceReadout):
         resident host pages given back."""
         cdef _DeviceParts parts = <_DeviceParts>self._parts
         _require_open(self, "empty_cache")
+        with parts.map_lock():
+            return self._empty_cache(parts)
+
+    def _empty_cache(self, _DeviceParts parts):
         released = ascm_device_trim(self._d)
         for k in range(ASCM_KINDS):
             with parts.growth.lock:
                 released += parts.growth.release_empty(k)  # whole chunks back to the upstream
             if parts.up.readable:
                 released += _discard_free_pages(self._d, k)
+        parts.apply_maps()  # trimmed granules go back to the runtime
         return released
 
 
@@ -450,21 +461,27 @@ cdef class Device(_DeviceReadout):
 cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint64_t threshold):
     """Device(paged=True): the kinds free() frees become paged pools, if the
     product has virtual memory management (profiles [V]); never a silent
-    fallback to contiguous pools."""
+    fallback to contiguous pools.  acl: ranges from aclrtReserveMemAddress,
+    granules of 2 MB mapped through pyACL (_acl_paging.pxi)."""
     prof = dev.profile
     if not prof.virtual_memory:
         raise UnsupportedError(f"paged=True: {prof.title} has no virtual memory management "
                                f"(aclrtReserveMemAddress and aclrtMapMem are documented for Atlas "
                                f"A2, A3 and Ascend 950 only)")
-    if dev.backend == "acl":
-        raise UnsupportedError("paged=True is not built for the acl backend yet (it needs "
-                               "aclrtMapMem called without the pools' locks held); use "
-                               "backend='sim' or 'host'")
     cfg.paged = 1
     cfg.release_threshold = threshold
     cfg.map = NULL  # sim: counted, nothing mapped
     if parts.up.readable:
         cfg.map = ascm_os_map
+    elif dev.backend == "acl":  # queued under the pool locks, applied through pyACL
+        if any(parts.growth.maximum[k] > parts.growth.size[k] for k in range(ASCM_KINDS)):
+            raise UnsupportedError("paged=True on the acl backend: give fixed pool sizes (a paged "
+                                   "range has no need to grow)")
+        parts.mapper = _AclMapper(parts.up.acl)
+        parts.general = True
+        cfg.map = _acl_map_hook
+        cfg.map_ctx = parts.mapper.hook_ctx()
+        cfg.granule_min = _ACL_GRANULE
     parts.up.paged_kinds = frozenset(k for k in range(ASCM_KINDS)
                                      if ascm_kind(k).freed_by == ASCM_FREE_DEVICE)
     parts.paged = True
@@ -476,6 +493,9 @@ def _pluggable_register(int index, Device device=None):
     device registered before.  Used by ascmem.pluggable."""
     cdef ascm_device *d = device._d if device is not None else NULL
     cdef int st
+    if device is not None and (<_DeviceParts>device._parts).mapper is not None:
+        raise UnsupportedError("a paged acl device maps its memory through pyACL, which the "
+                               "pluggable functions (called without the GIL) cannot do")
     with nogil:
         st = ascm_pluggable_register(index, d)
     if st != ASCM_OK:

@@ -28,6 +28,8 @@ def _devices_after_fork():
         parts = (<Device>dev)._parts
         if parts is not None:
             (<_DeviceParts>parts).growth.after_fork()
+            if (<_DeviceParts>parts).mapper is not None:
+                (<_DeviceParts>parts).mapper.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -69,6 +71,17 @@ cdef inline _check_stream(object stream):
                                 f"...), not {type(stream).__name__}") from None
 
 
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_LOCK = _NoLock()
+
+
 cdef object _opt_u64(object v, str what):
     return None if v is None else as_u64(v, what)
 
@@ -94,6 +107,8 @@ cdef class _DeviceParts:
     cdef _ViewRegistry views
     cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
     cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
+    cdef _AclMapper mapper           # acl backend, paged: the runtime's physical memory
+    cdef bint general                # guard bytes or a mapper: every call takes the general path
     cdef dict counters               # stats()["device"] counters
     cdef set warned                  # ASCM_EVENT_* causes warned about
     cdef object oom_callback
@@ -111,8 +126,19 @@ cdef class _DeviceParts:
         self.tags = _TagRegistry()
         if up.readable and os.environ.get("ASCMEM_DEBUG", "") == "1":
             self.guards = _GuardBytes()
+            self.general = True
         self.warned = set()
         self.aicpu = aicpu
+
+    def map_lock(self):
+        """The lock a call that may queue map runs holds (a no-op context
+        without a mapper)."""
+        return self.mapper.lock if self.mapper is not None else _NO_LOCK
+
+    cdef bint apply_maps(self) except -1:
+        """acl, paged: the map and unmap runs the pools queued, through pyACL
+        (_acl_paging.pxi); False if the runtime refused a map."""
+        return self.mapper is None or self.mapper.apply()
 
     cdef forget_blocks(self):
         """The state of the blocks a reset freed."""

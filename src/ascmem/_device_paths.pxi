@@ -13,7 +13,7 @@ cdef inline int _alloc_first_try(Device dev, object size, object policy, int mod
     mode a constant): the C device's status, or -1 when a stream, a tag or
     debug mode needs the general path first.  _alloc goes on from it: the request
     is tried once, whatever path it takes."""
-    if stream is not None or tag is not None or (<_DeviceParts>dev._parts).guards is not None:
+    if stream is not None or tag is not None or (<_DeviceParts>dev._parts).general:
         return -1
     return ascm_device_try_malloc_held(dev._d, as_u64(size, "size"), _policy(policy), mode, addr,
                                        kind, events)
@@ -21,6 +21,16 @@ cdef inline int _alloc_first_try(Device dev, object size, object policy, int mod
 
 cdef object _alloc(Device dev, object size, object policy, int mode, object stream, object tag,
                    str call, int st, uint64_t addr, int kind, int events):
+    """_alloc_body, holding the mapper's lock on a paged acl device."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    if parts.mapper is None:
+        return _alloc_body(dev, size, policy, mode, stream, tag, call, st, addr, kind, events)
+    with parts.mapper.lock:
+        return _alloc_body(dev, size, policy, mode, stream, tag, call, st, addr, kind, events)
+
+
+cdef object _alloc_body(Device dev, object size, object policy, int mode, object stream,
+                        object tag, str call, int st, uint64_t addr, int kind, int events):
     """An allocation after _alloc_first_try, or the whole of one: st is the
     status of the first try of the whole size (-1: not tried yet).
     Same-stream reuse, then the C device, then the slow path (retries,
@@ -52,6 +62,11 @@ cdef object _alloc(Device dev, object size, object policy, int mode, object stre
     if st != ASCM_OK:  # media and host calls take no policy: their messages show none
         addr = _alloc_slow(dev, st, want, pol, mode, kind,
                            policy if mode <= ASCM_SIZE_ALIGN32 else None, call)
+    if not parts.apply_maps():  # acl, paged: the runtime refused physical memory
+        ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
+        parts.apply_maps()
+        raise OutOfMemoryError(f"{call}({n}): the runtime refused physical memory for the "
+                               f"block's granules ({parts.mapper.error}); nothing stays mapped")
     if tag is not None:
         parts.tags.add(addr, tag)
     if parts.guards is not None:
@@ -104,7 +119,7 @@ cdef inline object _device_free(Device dev, object ptr, unsigned mask, object st
     cdef int kind, st
     cdef uint64_t a = as_u64(ptr, "pointer")
     if stream is not None or parts.ledger.tracked or parts.views.live or parts.tags.tracked or \
-            parts.guards is not None:
+            parts.general:
         return _free_slow(dev, a, mask, stream, call)
     st = ascm_device_free_held(dev._d, a, mask, &kind)
     if st != ASCM_OK:
@@ -115,7 +130,13 @@ cdef inline object _device_free(Device dev, object ptr, unsigned mask, object st
 
 
 cdef _free_slow(Device dev, uint64_t addr, unsigned mask, object stream, str call):
-    """A free that streams, views or guard bytes have a say in."""
+    """A free that streams, views, tags, guard bytes or a mapper have a say in."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    with parts.map_lock():
+        _free_slow_body(dev, addr, mask, stream, call)
+
+
+cdef _free_slow_body(Device dev, uint64_t addr, unsigned mask, object stream, str call):
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef int k = -1
     cdef uint64_t usable
@@ -134,6 +155,7 @@ cdef _free_slow(Device dev, uint64_t addr, unsigned mask, object stream, str cal
     if parts.ledger.defer(addr, mask, stream, usable, k):
         return
     _free_when_open(dev, addr, mask, &k, call)
+    parts.apply_maps()
     if parts.guards is not None:
         parts.guards.check(addr)
 
@@ -144,8 +166,10 @@ cdef _free_released(Device dev, list blocks):
     checked after all are freed."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef int k
-    for addr, mask in blocks:
-        _free_when_open(dev, addr, mask, &k, "synchronize")
+    with parts.map_lock():
+        for addr, mask in blocks:
+            _free_when_open(dev, addr, mask, &k, "synchronize")
+        parts.apply_maps()
     if parts.guards is not None:
         for addr, _ in blocks:
             parts.guards.check(addr)

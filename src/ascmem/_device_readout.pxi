@@ -164,6 +164,13 @@ cdef class _DeviceReadout:
             if ascm_kind(k).huge:
                 ascm_device_kind_stats(self._d, k, &s)
                 pages += s.pages_in_use * s.page_size
+        if parts.mapper is not None:  # acl, paged: a runtime handle under every mapped granule
+            mapped = sum(self.stats()[k.name.lower()].get("mapped", 0) for k in MemKind
+                         if ascm_kind(k).freed_by == ASCM_FREE_DEVICE and
+                         ascm_device_has_kind(self._d, k))
+            if len(parts.mapper.handles) * _ACL_GRANULE != mapped:
+                raise CorruptionError(f"{len(parts.mapper.handles)} granules hold runtime memory, "
+                                      f"{mapped} bytes are counted as mapped")
         if pages != self.budget()["huge_used"]:
             raise CorruptionError(f"huge pages charged {self.budget()['huge_used']} != pages "
                                   f"in use {pages}")

@@ -72,6 +72,11 @@ cdef inline _check_tag(object tag):
 
 cdef uint64_t _sleep_tag(Device dev, object tag, bint keep) except? 0:
     """Device.sleep: returns the bytes of device memory given back."""
+    with dev._parts.map_lock():  # (the parts class is declared after this file)
+        return _sleep_body(dev, tag, keep)
+
+
+cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef _TagRegistry tags = parts.tags
     cdef ascm_pool *p
@@ -84,6 +89,10 @@ cdef uint64_t _sleep_tag(Device dev, object tag, bint keep) except? 0:
                                "address")
     if tag in tags.sleeping:
         raise InvalidArgumentError(f"sleep: tag {tag!r} is asleep already")
+    if keep and parts.mapper is not None:
+        raise UnsupportedError(f"sleep(keep=True) on the {dev.backend} backend would copy the "
+                               f"blocks to the host (aclrtMemcpy), which is not built yet; "
+                               f"keep=False gives the memory back without the contents")
     addrs = sorted(tags.members.get(tag, ()))
     for a in addrs:
         if parts.views.of(a):
@@ -98,12 +107,18 @@ cdef uint64_t _sleep_tag(Device dev, object tag, bint keep) except? 0:
         else:  # a slab slot: its slab is shared, so it stays as it is
             saved[a] = False
     tags.sleeping[tag] = saved
+    parts.apply_maps()
     return before - _charged(dev)
 
 
 cdef uint64_t _wake_tag(Device dev, object tag) except? 0:
     """Device.wake: maps the tag's blocks again at their addresses and puts
     back what sleep kept; all or nothing.  Returns the bytes mapped."""
+    with dev._parts.map_lock():
+        return _wake_body(dev, tag)
+
+
+cdef uint64_t _wake_body(Device dev, object tag) except? 0:
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef _TagRegistry tags = parts.tags
     cdef ascm_pool *p
@@ -120,9 +135,14 @@ cdef uint64_t _wake_tag(Device dev, object tag) except? 0:
             continue
         p = ascm_device_pool_at(dev._d, a, NULL)
         st = ascm_pool_wake(p, a)
+        if st == ASCM_OK and not parts.apply_maps():
+            ascm_pool_sleep(p, a)  # the runtime refused: this one goes back to sleep too
+            parts.apply_maps()
+            st = ASCM_ERR_NOMEM
         if st != ASCM_OK:
             for b in woken:  # back to sleep: the device is left as it was
                 ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b)
+            parts.apply_maps()
             b = dev.budget()
             raise OutOfMemoryError(f"wake({tag!r}): the device has no room to map {a:#x} again "
                                    f"({'the page budget is exhausted' if st == ASCM_ERR_BUDGET else 'the upstream refused'}); "

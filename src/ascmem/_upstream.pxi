@@ -234,15 +234,20 @@ cdef class _AclUpstream(_RealUpstream):
 
     def take(self, int k, uint64_t size):
         ns, name, policy, free_name = _ACL_CALLS[k]
-        fn = getattr(getattr(self.acl, ns), name)
-        ptr, ret = fn(size, policy) if policy is not None else fn(size)
-        if ret == 0 and isinstance(ptr, int) and ptr > 0 and ptr % 4096 == 0 and \
+        if k in self.paged_kinds:  # address space only: the pools map granules under it
+            ns, name, free_name, align = "rt", "reserve_mem_address", "release_mem_address", 2 << 20
+            ptr, ret = self.acl.rt.reserve_mem_address(size, 0, 0, 0)
+        else:
+            align = 4096
+            fn = getattr(getattr(self.acl, ns), name)
+            ptr, ret = fn(size, policy) if policy is not None else fn(size)
+        if ret == 0 and isinstance(ptr, int) and ptr > 0 and ptr % align == 0 and \
                 ptr + size < (1 << 64):
             self.held[k].append((ptr, size))
             return ptr
         if ret == 0 and isinstance(ptr, int) and ptr > 0:  # a pointer we cannot use: give it back
             getattr(getattr(self.acl, ns), free_name)(ptr)
-            raise MisalignedError(f"acl.{ns}.{name}({size}) returned {ptr:#x}, not 4 KiB "
+            raise MisalignedError(f"acl.{ns}.{name}({size}) returned {ptr:#x}, not {align} "
                                   f"aligned (or past the address space)")
         err = OutOfMemoryError if ret in _UPSTREAM_OOM else UpstreamError
         e = err(f"acl.{ns}.{name}({size}) for the {MemKind(k).name} pool returned "
@@ -278,6 +283,12 @@ cdef class _AclUpstream(_RealUpstream):
             raise AscmemError(f"acl.rt.synchronize_stream returned {ret}")
 
     def _release(self, int k, uint64_t base, uint64_t size):
+        if k in self.paged_kinds:
+            ret = self.acl.rt.release_mem_address(base)
+            if ret != 0:
+                warnings.warn(f"acl.rt.release_mem_address({base:#x}) returned {ret}",
+                              ResourceWarning)
+            return
         ns, _, _, free_name = _ACL_CALLS[k]
         ret = getattr(getattr(self.acl, ns), free_name)(base)
         if ret != 0:

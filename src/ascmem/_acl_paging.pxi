@@ -1,0 +1,131 @@
+# Paged kinds on the acl backend: physical memory from the Ascend runtime
+# (aclrtMallocPhysical + aclrtMapMem per granule; aclrtUnmapMem +
+# aclrtFreePhysical), under address ranges reserved with
+# aclrtReserveMemAddress (the upstream's take for paged kinds).
+#
+# A pool calls its map hook with its lock held, where no Python may run, so
+# the hook only queues the runs (C memory); the Device applies the queue
+# through pyACL as soon as the call that filled it returns.  Between the two
+# another thread could be handed a block in a granule counted as mapped but
+# not mapped yet, so every call that can queue holds the mapper's lock from
+# the pool call to the end of the apply (pyACL may let other Python threads
+# run meanwhile).  The pluggable functions, which run without the GIL, are
+# refused for such a device.  Included by _core.pyx.
+
+from libc.stdlib cimport malloc as c_malloc, realloc as c_realloc, free as c_free
+
+cdef uint64_t _ACL_GRANULE = 2 << 20  # aclrtMapMem: 2 MB-aligned addresses and sizes
+
+
+cdef struct _MapRequest:
+    uint64_t addr
+    uint64_t size
+    int map
+
+
+cdef struct _MapQueue:
+    _MapRequest *v
+    size_t n, cap
+
+
+cdef int _acl_map_hook(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil:
+    """The pools' map hook (ascm_map_fn): queues the run.  A map that cannot
+    be queued (host memory ran out) is refused; an unmap cannot be refused,
+    so the pool counts it as failed and the granules stay mapped."""
+    cdef _MapQueue *q = <_MapQueue *>ctx
+    cdef _MapRequest *grown
+    if q.n == q.cap:
+        grown = <_MapRequest *>c_realloc(q.v, (q.cap * 2 + 16) * sizeof(_MapRequest))
+        if grown is NULL:
+            return 1
+        q.v = grown
+        q.cap = q.cap * 2 + 16
+    q.v[q.n].addr = addr
+    q.v[q.n].size = size
+    q.v[q.n].map = map
+    q.n += 1
+    return 0
+
+
+@cython.final
+@cython.no_gc_clear  # its handles must be freed whenever it goes
+cdef class _AclMapper:
+    """The physical memory behind an acl device's paged kinds: one handle
+    per mapped granule."""
+    cdef _MapQueue queue
+    cdef object acl
+    cdef dict handles            # granule address -> physical memory handle
+    cdef readonly object error   # what the runtime last refused
+    cdef object lock             # held from a pool call that may queue to its apply
+
+    def __cinit__(self, acl_module):
+        self.acl = acl_module
+        self.handles = {}
+        self.lock = threading.RLock()
+
+    cdef after_fork(self):
+        self.lock = threading.RLock()
+
+    cdef void *hook_ctx(self):
+        return <void *>&self.queue
+
+    cdef bint apply(self) except -1:
+        """Applies every queued run; False if a map was refused (the granules
+        before it in that run are mapped, the rest not: the caller frees the
+        block, which queues their unmaps, and applies again)."""
+        cdef size_t i
+        cdef bint ok = True
+        cdef _MapRequest r
+        while self.queue.n:
+            n = self.queue.n
+            reqs = [(self.queue.v[i].addr, self.queue.v[i].size, self.queue.v[i].map)
+                    for i in range(n)]
+            self.queue.n = 0  # applying may queue nothing, but read first
+            for addr, size, map in reqs:
+                for g in range(addr, addr + size, _ACL_GRANULE):
+                    if map:
+                        if ok and not self._map(g):
+                            ok = False
+                    else:
+                        self._unmap(g)
+        return ok
+
+    cdef bint _map(self, uint64_t g) except -1:
+        rt = self.acl.rt
+        handle, ret = rt.malloc_physical(_ACL_GRANULE, None, 0)
+        if ret != 0:
+            self.error = f"acl.rt.malloc_physical returned {ret}"
+            return False
+        ret = rt.map_mem(g, _ACL_GRANULE, 0, handle, 0)
+        if ret != 0:
+            rt.free_physical(handle)
+            self.error = f"acl.rt.map_mem returned {ret}"
+            return False
+        self.handles[g] = handle
+        return True
+
+    cdef _unmap(self, uint64_t g):
+        handle = self.handles.pop(g, None)
+        if handle is None:  # its map was refused
+            return
+        rt = self.acl.rt
+        rt.unmap_mem(g)
+        rt.free_physical(handle)
+
+    cdef release_range(self, uint64_t base, uint64_t size):
+        """A reserved range goes (reset, close): its granules' memory first."""
+        for g in [g for g in self.handles if base <= g < base + size]:
+            self._unmap(g)
+
+    cdef release_all(self):
+        for g in list(self.handles):
+            self._unmap(g)
+
+    def __dealloc__(self):
+        c_free(self.queue.v)
+        self.queue.v = NULL
+        if self.handles:
+            try:
+                self.release_all()
+            except BaseException:
+                pass
