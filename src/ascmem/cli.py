@@ -8,6 +8,7 @@ malformed trace).
 import argparse
 import io
 import json
+import os
 import re
 import sys
 
@@ -438,6 +439,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (| head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except _Usage as exc:
         parser.error(str(exc))
     except OutOfMemoryError as exc:  # the workload did not fit: 1, as a replay with failures
