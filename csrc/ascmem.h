@@ -319,7 +319,8 @@ int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size
  * their ranges for the caller to give back upstream. */
 int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max,
                               int *count);
-/* Recreates every pool empty at new bases; the budget keeps its settings.
+/* Recreates every pool empty at new bases; the budget keeps its settings
+ * and its fixed charge (the runtime's own memory goes only at a restart).
  * Waits out callers inside the device first (see the gate below). */
 int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]);
 

@@ -292,7 +292,8 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
     drop_pools(d);
     for (int k = 0; k < ASCM_KINDS; k++) d->base[k] = base[k];
     ascm_lock_acquire(&d->lock);
-    d->b.fixed = 0;
+    /* b.fixed (the runtime's own memory: AI CPU operator cache, system
+     * package) stays: a reset frees blocks, only a restart frees that */
     d->b.peak_huge = d->b.huge_used;
     d->b.peak_normal = d->b.normal_used;
     ascm_lock_release(&d->lock);

@@ -82,17 +82,25 @@ def test_rule_aicpu_cache_must_lie_in_its_range():
         dev("atlas-inference", aicpu_cache=150 * MiB)
 
 
-def test_rule_reset_releases_the_cache_and_invalidates_pointers():
+def test_rule_reset_invalidates_pointers_but_keeps_the_cache_until_a_restart():
+    """shared/seed/memory-precautions.txt line 7: the AI CPU operator buffer
+    is released when the device is restarted (not by aclrtResetDevice)."""
     d = dev("atlas-training")
-    d.begin_job()
+    taken = d.begin_job()
+    assert taken > 0
     a = d.malloc(4096)
     d.reset()
-    assert d.budget()["fixed"] == 0
+    assert d.budget()["fixed"] == taken and d.stats()["device"]["aicpu_cache"] == taken
     b = d.malloc(4096)
     assert b != a
     with pytest.raises(ascmem.InvalidFreeError):
         d.free(a)
-    assert d.begin_job() > 0  # the first job after a reset takes it again
+    assert d.begin_job() == 0  # the cache is still there
+    d.restart()
+    assert d.budget()["fixed"] == 0
+    with pytest.raises(ascmem.InvalidFreeError):
+        d.free(b)
+    assert d.begin_job() == taken  # the first job after a restart takes it again
     d.check()
 
 

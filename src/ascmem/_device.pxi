@@ -340,7 +340,7 @@ cdef class Device(_DeviceReadout):
     def begin_job(self):
         """Marks the start of an inference or training job.  On products that
         cache AI CPU operators (training series, EP mode) the first job after
-        start or reset takes that cache from device memory; A2/A3 products load
+        start or restart takes that cache from device memory; A2/A3 products load
         their system package instead."""
         cdef _DeviceParts parts = <_DeviceParts>self._parts
         _require_open(self, "begin_job")
@@ -375,9 +375,11 @@ cdef class Device(_DeviceReadout):
     # ---- lifetime ---------------------------------------------------------------
 
     def reset(self):
-        """aclrtResetDevice: frees every block, releases the AI CPU cache, and
-        invalidates every pointer handed out before (freeing one raises
-        InvalidFreeError, after any number of resets).  All or nothing: if
+        """aclrtResetDevice: frees every block and invalidates every pointer
+        handed out before (freeing one raises InvalidFreeError, after any
+        number of resets).  The AI CPU operator cache and the system package
+        stay: only a restart of the device releases them (restart()).  All
+        or nothing: if
         the upstream refuses the fresh chunks, the device is left as it was
         and the upstream's error is raised.  Callers without the GIL inside
         the device are waited out; new ones are refused until it is over."""
@@ -403,6 +405,19 @@ cdef class Device(_DeviceReadout):
                 parts.growth.retire(old)
         finally:
             ascm_device_reopen(self._d)
+
+    def restart(self):
+        """The device restarts: as reset(), and the runtime's own memory the
+        first job took (AI CPU operator cache, system package) is released,
+        so the next first job takes it again.  The precautions page: "If the
+        device is restarted, the AI CPU operator buffer is released"
+        (shared/seed/memory-precautions.txt line 7)."""
+        cdef _DeviceParts parts = <_DeviceParts>self._parts
+        self.reset()
+        if parts.fixed_taken:
+            ascm_device_charge_fixed(self._d, -<int64_t>parts.fixed_taken)
+        parts.fixed_taken = 0
+        parts.job_started = False
 
     def close(self):
         """Gives every chunk back to the upstream (the OS, the runtime).  After

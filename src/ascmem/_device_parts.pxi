@@ -141,9 +141,8 @@ cdef class _DeviceParts:
         return self.mapper is None or self.mapper.apply()
 
     cdef forget_blocks(self):
-        """The state of the blocks a reset freed."""
-        self.fixed_taken = 0  # ascm_device_reset gave the runtime's memory back
-        self.job_started = False
+        """The state of the blocks a reset freed (the runtime's own memory,
+        fixed_taken, stays until a restart)."""
         self.reused_bytes = self.reuse_count = 0
         self.ledger.clear()
         self.tags.clear()
