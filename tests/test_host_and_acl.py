@@ -147,6 +147,24 @@ def dropin():
     aacl.use(None)
 
 
+def test_himpi_where_the_product_has_it():
+    """pyACL's dvpp_malloc page (aclpythondevg_01_0416): acl.himpi.dvpp_malloc
+    on the inference series (310P) and A2, not on the training series."""
+    for model, has in (("atlas-inference-series", True), ("atlas-a2-inference", True),
+                       ("atlas-training", False), ("atlas-inference", False)):
+        d = ascmem.Device(model)
+        aacl.use(d)
+        try:
+            ptr, ret = aacl.himpi.dvpp_malloc(0, 100)
+            assert (ret == 0) == has and (ret == 207000) == (not has)
+            if has:
+                assert ptr % 128 == 0 and aacl.himpi.dvpp_free(ptr) == 0
+            text = " ".join(d.precautions())
+            assert ("hi_mpi_dvpp_malloc" in text) == has
+        finally:
+            aacl.use(None)
+
+
 def test_dropin_return_conventions(dropin):
     ptr, ret = aacl.rt.malloc(1000, 0)
     assert ret == 0 and dropin.usable_size(ptr) == 1056
@@ -157,8 +175,8 @@ def test_dropin_return_conventions(dropin):
     assert aacl.rt.malloc(1 << 40, 1)[1] == 207001
     ptr, ret = aacl.media.dvpp_malloc(3_110_400)
     assert ret == 0 and ptr % 128 == 0 and aacl.media.dvpp_free(ptr) == 0
-    ptr, ret = aacl.himpi.dvpp_malloc(0, 100)
-    assert ret == 0 and aacl.himpi.dvpp_free(ptr) == 0
+    # hi_mpi_dvpp_malloc does not exist on the Atlas 200/300/500 (profiles [D])
+    assert aacl.himpi.dvpp_malloc(0, 100) == (0, 207000)
     h, ret = aacl.rt.malloc_host(64)
     assert ret == 0 and aacl.rt.free_host(h) == 0
     free, total, ret = aacl.rt.get_mem_info(ascmem.MemAttr.DDR_MEM)

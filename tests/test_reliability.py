@@ -619,8 +619,7 @@ def test_25_the_acl_drop_in_returns_codes_and_never_raises(fresh_dropin, monkeyp
     assert aacl.rt.reset_device(0) == 0
     for bad in ("x", None, -1, True):
         assert aacl.himpi.dvpp_malloc(bad, 100) == (0, 100000)
-    ptr, ret = aacl.himpi.dvpp_malloc(0, 100)
-    assert ret == 0 and aacl.himpi.dvpp_free(ptr) == 0
+    assert aacl.himpi.dvpp_malloc(0, 100) == (0, 207000)  # not on this product (profiles [D])
     # install on a namespace that refuses new attributes: nothing half-done
     class Frozen:
         __slots__ = ()

@@ -46,7 +46,7 @@ def test_recorder_wraps_a_pool_too():
 
 def test_recorder_wraps_the_acl_dropin(tmp_path):
     from ascmem import acl
-    acl.use(ascmem.Device("atlas-inference"))
+    acl.use(ascmem.Device("atlas-inference-series"))  # a product with hi_mpi_dvpp_malloc
     try:
         rec = tr.AclRecorder()
         frame, ret = rec.media.dvpp_malloc(3_110_400)
@@ -61,7 +61,8 @@ def test_recorder_wraps_the_acl_dropin(tmp_path):
         assert [(e.op, e.kind, e.size) for e in t.events if e.op == "a"] == [
             ("a", "dvpp", 3_110_400), ("a", "huge", 5 * MiB), ("a", "dvpp", 4096)]
         assert t.events[1].policy == 1
-        assert tr.replay(t, ascmem.Device("atlas-inference"))["peak_live"] == 3_110_400 + 5 * MiB
+        assert tr.replay(t, ascmem.Device("atlas-inference-series"))["peak_live"] == \
+            3_110_400 + 5 * MiB
     finally:
         acl.use(None)
 

@@ -18,7 +18,8 @@ import types
 import warnings
 
 import ascmem
-from ascmem.errors import (ACL_ERROR_INTERNAL_ERROR, ACL_ERROR_INVALID_PARAM, ACL_SUCCESS,
+from ascmem.errors import (ACL_ERROR_INTERNAL_ERROR, ACL_ERROR_INVALID_PARAM,
+                           ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_SUCCESS,
                            AscmemError, InvalidArgumentError)
 
 _lock = threading.Lock()
@@ -138,7 +139,8 @@ def _get_mem_info(attr):
 
 
 def _himpi_dvpp_malloc(dev_id, size):
-    """hi_mpi_dvpp_malloc(dev_id, size): dev_id must name a device in use."""
+    """hi_mpi_dvpp_malloc(dev_id, size): dev_id must name a device in use;
+    products without it (profiles [D]) get the runtime's not-supported code."""
     if not _is_device_id(dev_id):
         return 0, ACL_ERROR_INVALID_PARAM
     try:
@@ -147,6 +149,8 @@ def _himpi_dvpp_malloc(dev_id, size):
         return 0, _code(exc)
     if dev is None:
         return 0, ACL_ERROR_INVALID_PARAM
+    if not dev.profile.himpi:
+        return 0, ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     try:
         return dev.dvpp_malloc(size), ACL_SUCCESS
     except Exception as exc:

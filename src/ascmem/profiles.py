@@ -18,6 +18,10 @@ Sources (CANN documentation unless noted):
        (Ascend 910) 32 GB HBM; Atlas 800T A2: eight 910B with 64 GB HBM each.
   [S]  Atlas A2/A3 products load a system package of about 300 MB on the first job
        instead of the AI CPU operator cache (CANN release notes / field reports).
+  [D]  hi_mpi_dvpp_malloc (pyACL acl.himpi.dvpp_malloc): not supported on the
+       Atlas 200/300/500 Inference Product nor the Atlas Training Series Product
+       (CANN 8.0 C API page "hi_mpi_dvpp_malloc", aclcppdevg_03_0324, and the
+       pyACL dvpp_malloc page, aclpythondevg_01_0416); acldvppMalloc is.
   [V]  Virtual memory management (aclrtReserveMemAddress, aclrtMallocPhysical,
        aclrtMapMem, aclrtMemGetAllocationGranularity): Ascend 950PR/950DT, Atlas
        A3 and Atlas A2 training and inference series only (hicann/runtime,
@@ -54,6 +58,11 @@ class Profile:
     @property
     def default_mode(self):
         return self.modes[0]
+
+    @property
+    def himpi(self):
+        """hi_mpi_dvpp_malloc exists on this product [D]."""
+        return self.name not in ("atlas-inference", "atlas-training")
 
     @property
     def virtual_memory(self):
@@ -204,7 +213,8 @@ def precautions(profile, mode):
                    f"{profile.first_job_package // MiB} MB into device memory.")
     out.append(
         "Media memory: media data processing (DVPP) needs its own allocation calls "
-        "(acldvppMalloc, hi_mpi_dvpp_malloc); a media output buffer can be fed straight to model "
+        f"({'acldvppMalloc, hi_mpi_dvpp_malloc' if profile.himpi else 'acldvppMalloc'}); a media "
+        "output buffer can be fed straight to model "
         "inference without a copy.")
     out.append(
         f"The media address space is limited ({profile.media_window // GiB} GB per process): "
