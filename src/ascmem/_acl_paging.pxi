@@ -75,19 +75,17 @@ cdef class _AclMapper:
         block, which queues their unmaps, and applies again)."""
         cdef size_t i
         cdef bint ok = True
-        cdef _MapRequest r
-        while self.queue.n:
-            n = self.queue.n
-            reqs = [(self.queue.v[i].addr, self.queue.v[i].size, self.queue.v[i].map)
-                    for i in range(n)]
-            self.queue.n = 0  # applying may queue nothing, but read first
-            for addr, size, map in reqs:
-                for g in range(addr, addr + size, _ACL_GRANULE):
-                    if map:
-                        if ok and not self._map(g):
-                            ok = False
-                    else:
-                        self._unmap(g)
+        # copied out first: pyACL may let another thread run, which waits on
+        # self.lock but must not find the queue half read
+        reqs = [(self.queue.v[i].addr, self.queue.v[i].size, self.queue.v[i].map)
+                for i in range(self.queue.n)]
+        self.queue.n = 0
+        for addr, size, map in reqs:
+            for g in range(addr, addr + size, _ACL_GRANULE):
+                if not map:
+                    self._unmap(g)
+                elif ok and not self._map(g):
+                    ok = False  # the rest of the block's granules stay unmapped
         return ok
 
     cdef bint _map(self, uint64_t g) except -1:

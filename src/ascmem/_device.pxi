@@ -454,23 +454,24 @@ cdef class Device(_DeviceReadout):
         cdef _DeviceParts parts = <_DeviceParts>self._parts
         _require_open(self, "empty_cache")
         with parts.map_lock():
-            return self._empty_cache(parts)
-
-    def _empty_cache(self, _DeviceParts parts):
-        released = ascm_device_trim(self._d)
-        for k in range(ASCM_KINDS):
-            with parts.growth.lock:
-                released += parts.growth.release_empty(k)  # whole chunks back to the upstream
-            if parts.up.readable:
-                released += _discard_free_pages(self._d, k)
-        parts.apply_maps()  # trimmed granules go back to the runtime
-        return released
-
+            return _empty_cache(self._d, parts)
 
     def __repr__(self):
         closed = (<_DeviceParts>self._parts).closed if self._parts is not None else False
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
                 f"backend={self.backend}{' closed' if closed else ''}>")
+
+
+cdef uint64_t _empty_cache(ascm_device *d, _DeviceParts parts) except? 0:
+    """Device.empty_cache, with the mapper's lock held (paged acl)."""
+    cdef uint64_t released = ascm_device_trim(d)
+    for k in range(ASCM_KINDS):
+        with parts.growth.lock:
+            released += parts.growth.release_empty(k)  # whole chunks back to the upstream
+        if parts.up.readable:
+            released += _discard_free_pages(d, k)
+    parts.apply_maps()  # trimmed granules go back to the runtime
+    return released
 
 
 cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint64_t threshold):

@@ -148,7 +148,7 @@ cdef class _DeviceReadout:
         cdef ascm_pool *p
         cdef ascm_stats s
         cdef _DeviceParts parts = <_DeviceParts>self._parts
-        pages = 0
+        pages = mapped = 0
         for k in range(ASCM_KINDS):
             for i in range(ascm_device_chunk_count(self._d, k)):
                 p = ascm_device_chunk(self._d, k, i, NULL, NULL)
@@ -161,13 +161,11 @@ cdef class _DeviceReadout:
                 problem = parts.growth.accounting_problem(k, self.chunks(k))
                 if problem:
                     raise CorruptionError(problem)
+            ascm_device_kind_stats(self._d, k, &s)
+            mapped += s.mapped
             if ascm_kind(k).huge:
-                ascm_device_kind_stats(self._d, k, &s)
                 pages += s.pages_in_use * s.page_size
         if parts.mapper is not None:  # acl, paged: a runtime handle under every mapped granule
-            mapped = sum(self.stats()[k.name.lower()].get("mapped", 0) for k in MemKind
-                         if ascm_kind(k).freed_by == ASCM_FREE_DEVICE and
-                         ascm_device_has_kind(self._d, k))
             if len(parts.mapper.handles) * _ACL_GRANULE != mapped:
                 raise CorruptionError(f"{len(parts.mapper.handles)} granules hold runtime memory, "
                                       f"{mapped} bytes are counted as mapped")
