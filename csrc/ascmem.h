@@ -347,6 +347,12 @@ int ascm_device_set_limit(ascm_device *d, uint64_t limit);
 void ascm_device_reset_peaks(ascm_device *d);
 /* The device that the pluggable-allocator functions use for a device index. */
 int ascm_pluggable_register(int device, ascm_device *d);
+/* The external allocator's slots (acl_allocator.c): bind points a slot at a
+ * device (NULL: unbinds, waiting for callbacks in flight); handle is the
+ * aclrtAllocator object the runtime passes back to the callbacks. */
+#define ASCM_ACL_ALLOCATOR_SLOTS 64
+int ascm_acl_allocator_bind(int slot, ascm_device *d);
+void *ascm_acl_allocator_handle(int slot);
 
 const char *ascm_status_str(int status);
 

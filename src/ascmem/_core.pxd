@@ -158,6 +158,10 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_set_limit(ascm_device *d, uint64_t limit)
     void ascm_device_reset_peaks(ascm_device *d)
     int ascm_pluggable_register(int device, ascm_device *d)
+    enum:
+        ASCM_ACL_ALLOCATOR_SLOTS
+    int ascm_acl_allocator_bind(int slot, ascm_device *d)
+    void *ascm_acl_allocator_handle(int slot)
     void ascm_pool_reset_peaks(ascm_pool *p)
     int ascm_pool_close_if_empty(ascm_pool *p)
     uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)

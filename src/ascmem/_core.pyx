@@ -5,7 +5,7 @@ cimport cython
 from cpython.long cimport PyLong_Check, PyLong_CheckExact
 from cpython.bool cimport PyBool_Check
 from cpython.exc cimport PyErr_Occurred, PyErr_Clear
-from libc.stdint cimport uint64_t, int64_t, uint32_t
+from libc.stdint cimport uint64_t, int64_t, uint32_t, uintptr_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memset
 
@@ -632,4 +632,5 @@ include "_device_parts.pxi"
 include "_device_readout.pxi"
 include "_device.pxi"
 include "_device_paths.pxi"
+include "_acl_allocator.pxi"
 include "_capi.pxi"

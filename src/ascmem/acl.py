@@ -10,6 +10,11 @@ atlas-inference) and ASCMEM_BACKEND (default sim), or set with ``use(device)``.
 ``install(module)`` patches these functions into a real ``acl`` module in place,
 so an unchanged pipeline allocates through ascmem; pointers ascmem did not hand
 out go to the module's original free; ``uninstall()`` restores everything.
+
+CANN's stream-ordered pools (``acl.rt.mem_pool_create`` ... ``mem_pool_trim_to``,
+with the stream and event calls they depend on) are in ascmem.acl_soma, and
+the external allocator for a stream (``register_allocator``) in
+ascmem.acl_allocator; both are reached from here.
 """
 
 import os
@@ -18,9 +23,10 @@ import types
 import warnings
 
 import ascmem
+from ascmem import acl_allocator, acl_soma
 from ascmem.errors import (ACL_ERROR_INTERNAL_ERROR, ACL_ERROR_INVALID_PARAM,
                            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_SUCCESS,
-                           AscmemError, InvalidArgumentError)
+                           InvalidArgumentError, acl_code)
 
 _lock = threading.Lock()
 _device = None
@@ -53,24 +59,13 @@ def device():
     return _device
 
 
-def _code(exc):
-    """The aclError code a pyACL call returns for an exception: the one ascmem
-    errors carry, ACL_ERROR_INVALID_PARAM for bad arguments, else
-    ACL_ERROR_INTERNAL_ERROR.  A drop-in never raises."""
-    if isinstance(exc, AscmemError):
-        return exc.code
-    if isinstance(exc, (TypeError, ValueError, OverflowError)):
-        return ACL_ERROR_INVALID_PARAM
-    return ACL_ERROR_INTERNAL_ERROR
-
-
 def _alloc(method, *args):
     """ptr, ret of device().method(*args): (0, code) on any failure, also a
     default device that cannot be made (a bad ASCMEM_MODEL or backend)."""
     try:
         return getattr(device(), method)(*args), ACL_SUCCESS
     except Exception as exc:
-        return 0, _code(exc)
+        return 0, acl_code(exc)
 
 
 def _free(method, ptr):
@@ -78,7 +73,7 @@ def _free(method, ptr):
         getattr(device(), method)(ptr)
         return ACL_SUCCESS
     except Exception as exc:
-        return _code(exc)
+        return acl_code(exc)
 
 
 def init(config_path=None):
@@ -104,7 +99,7 @@ def _set_device(device_id):
                     os.environ.get("ASCMEM_MODEL", "atlas-inference"),
                     backend=os.environ.get("ASCMEM_BACKEND", "sim"), device_id=device_id)
             except Exception as exc:
-                return _code(exc)
+                return acl_code(exc)
         _device = _devices[device_id]
     return ACL_SUCCESS
 
@@ -126,7 +121,8 @@ def _reset_device(device_id):
     try:
         dev.reset()
     except Exception as exc:
-        return _code(exc)
+        return acl_code(exc)
+    acl_soma.forget_pools_of(dev)
     return ACL_SUCCESS
 
 
@@ -135,7 +131,7 @@ def _get_mem_info(attr):
         free, total = device().get_mem_info(attr)
         return free, total, ACL_SUCCESS
     except Exception as exc:
-        return 0, 0, _code(exc)
+        return 0, 0, acl_code(exc)
 
 
 def _himpi_dvpp_malloc(dev_id, size):
@@ -146,7 +142,7 @@ def _himpi_dvpp_malloc(dev_id, size):
     try:
         dev = _device_by_id(dev_id) or (device() if device().device_id == dev_id else None)
     except Exception as exc:
-        return 0, _code(exc)
+        return 0, acl_code(exc)
     if dev is None:
         return 0, ACL_ERROR_INVALID_PARAM
     if not dev.profile.himpi:
@@ -154,7 +150,7 @@ def _himpi_dvpp_malloc(dev_id, size):
     try:
         return dev.dvpp_malloc(size), ACL_SUCCESS
     except Exception as exc:
-        return 0, _code(exc)
+        return 0, acl_code(exc)
 
 
 rt = types.SimpleNamespace(
@@ -166,6 +162,25 @@ rt = types.SimpleNamespace(
     get_mem_info=_get_mem_info,
     set_device=_set_device,
     reset_device=_reset_device,
+    # stream-ordered memory pools (aclrtMemPool*; no pyACL binding exists)
+    mem_pool_create=acl_soma.mem_pool_create,
+    mem_pool_destroy=acl_soma.mem_pool_destroy,
+    mem_pool_set_attr=acl_soma.mem_pool_set_attr,
+    mem_pool_get_attr=acl_soma.mem_pool_get_attr,
+    mem_pool_malloc_async=acl_soma.mem_pool_malloc_async,
+    mem_pool_free_async=acl_soma.mem_pool_free_async,
+    mem_pool_trim_to=acl_soma.mem_pool_trim_to,
+    # the streams and events they order (sim and host backends)
+    create_stream=acl_soma.create_stream,
+    destroy_stream=acl_soma.destroy_stream,
+    create_event=acl_soma.create_event,
+    destroy_event=acl_soma.destroy_event,
+    record_event=acl_soma.record_event,
+    stream_wait_event=acl_soma.stream_wait_event,
+    synchronize_event=acl_soma.synchronize_event,
+    query_event_status=acl_soma.query_event_status,
+    synchronize_stream=acl_soma.synchronize_stream,
+    synchronize_device=acl_soma.synchronize_device,
 )
 media = types.SimpleNamespace(
     dvpp_malloc=lambda size: _alloc("dvpp_malloc", size),
@@ -176,6 +191,38 @@ himpi = types.SimpleNamespace(
     dvpp_free=lambda ptr: _free("dvpp_free", ptr),
 )
 
+
+def register_allocator(stream, device=None, module=None):
+    """Makes CANN take stream's memory from device (the default device if
+    None) through the external allocator (aclrtAllocatorRegister).  module:
+    the pyACL module to register with (the installed one, else ``import
+    acl``).  Returns an aclError code; ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    without pyACL or on a product without the call."""
+    try:
+        dev = ascmem_device() if device is None else device
+    except Exception as exc:
+        return acl_code(exc)
+    return acl_allocator.register(_module() if module is None else module, stream, dev)
+
+
+def unregister_allocator(stream):
+    """aclrtAllocatorUnregister for a stream register_allocator set up."""
+    return acl_allocator.unregister(stream)
+
+
+def _module():
+    """The pyACL module: the installed one, else an importable ``acl``."""
+    if _installed:
+        return _installed[0]
+    try:
+        import acl as module  # pyACL, where CANN is installed
+    except ImportError:
+        return None
+    return module
+
+
+ascmem_device = device  # device() under a name register_allocator's argument cannot hide
+
 # ---- patching a real pyACL module ------------------------------------------------------
 
 _PATCHED = {
@@ -185,18 +232,21 @@ _PATCHED = {
 }
 _FREES = {("rt", "free"), ("rt", "free_host"), ("media", "dvpp_free"), ("himpi", "dvpp_free")}
 _saved = []
+_installed = []  # the module install() patched
 
 
 def install(module):
-    """Routes a pyACL module's memory calls through ascmem, in place.  All or
-    nothing: if one function cannot be replaced (a read-only namespace), the
-    ones already replaced are put back and InvalidArgumentError is raised."""
+    """Routes a pyACL module's memory calls through ascmem, in place, and
+    wraps its event and synchronization calls so that the stream-ordered
+    pools see them (acl_soma.OBSERVERS).  All or nothing: if one function
+    cannot be replaced (a read-only namespace), the ones already replaced
+    are put back and InvalidArgumentError is raised."""
     if _saved:
         raise RuntimeError("ascmem.acl is already installed; uninstall() first")
     mine = {"rt": rt, "media": media, "himpi": himpi}
     done = []
     try:
-        for ns_name, names in _PATCHED.items():
+        for ns_name, names in dict(_PATCHED, rt=_PATCHED["rt"] + tuple(acl_soma.OBSERVERS)).items():
             ns = getattr(module, ns_name, None)
             if ns is None:
                 continue
@@ -204,7 +254,10 @@ def install(module):
                 original = getattr(ns, name, None)
                 if original is None:
                     continue
-                ours = getattr(mine[ns_name], name)
+                if name in acl_soma.OBSERVERS:
+                    ours = acl_soma.observed(name, original)
+                else:
+                    ours = getattr(mine[ns_name], name)
                 if (ns_name, name) in _FREES:
                     ours = _free_or_forward(ours, original)
                 try:
@@ -217,6 +270,7 @@ def install(module):
         _restore(done)
         raise
     _saved.extend(done)
+    _installed[:] = [module]
 
 
 def _free_or_forward(ours, original):
@@ -245,6 +299,7 @@ def uninstall():
     """Puts back every function install() replaced.  Never raises: what
     cannot be put back is reported as a ResourceWarning."""
     failed = _restore(_saved)
+    _installed.clear()
     if failed:
         warnings.warn("ascmem.acl.uninstall could not restore " + "; ".join(failed),
                       ResourceWarning, stacklevel=2)

@@ -16,6 +16,7 @@ ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
 ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
 ACL_ERROR_RT_MEMORY_FREE = 207002
 ACL_ERROR_INTERNAL_ERROR = 500000
+ACL_ERROR_RT_INTERNAL_ERROR = 507000
 
 
 class AscmemError(Exception):
@@ -74,6 +75,28 @@ class DeviceClosedError(ClosedError):
     allocation, free or view fails."""
 
 
+class RuntimeParamError(InvalidArgumentError):
+    """An argument the runtime itself (not the ACL layer) refuses: a
+    read-only or unknown pool attribute, a pool that does not exist for
+    set/get, a pointer inside a pool that is not a live block of it
+    (RT_ERROR_INVALID_VALUE, which the runtime reports as 107000,
+    ACL_ERROR_RT_PARAM_INVALID: src/runtime/core/src/common/errcode_manage.cc
+    line 314 in hicann/runtime)."""
+
+    code = ACL_ERROR_RT_PARAM_INVALID
+
+
+class PoolStateError(AscmemError):
+    """A stream-ordered pool refused an operation in its current state: it
+    is destroyed, full, asked to trim below its used bytes, or has an
+    attribute value out of range.  The runtime's pool errors
+    (RT_ERROR_MEM_POOL_NULL ... RT_ERROR_MEM_POOL_ALLOC, 0x0720000x) have no
+    public code and reach the caller as 507000, ACL_ERROR_RT_INTERNAL_ERROR
+    (errcode_manage.cc lines 612-617: an inner code not in the table)."""
+
+    code = ACL_ERROR_RT_INTERNAL_ERROR
+
+
 class CorruptionError(AscmemError):
     """An internal invariant does not hold (raised by ``check()``)."""
 
@@ -82,3 +105,14 @@ class CorruptionError(AscmemError):
 
 class PrecautionWarning(UserWarning):
     """A CANN memory precaution applies to what just happened."""
+
+
+def acl_code(exc):
+    """The aclError code a pyACL call returns for an exception: the one ascmem
+    errors carry, ACL_ERROR_INVALID_PARAM for bad arguments, else
+    ACL_ERROR_INTERNAL_ERROR.  The drop-in (ascmem.acl) never raises."""
+    if isinstance(exc, AscmemError):
+        return exc.code
+    if isinstance(exc, (TypeError, ValueError, OverflowError)):
+        return ACL_ERROR_INVALID_PARAM
+    return ACL_ERROR_INTERNAL_ERROR

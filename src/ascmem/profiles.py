@@ -27,6 +27,14 @@ Sources (CANN documentation unless noted):
        A3 and Atlas A2 training and inference series only (hicann/runtime,
        docs/api_docs/aclrtReserveMemAddress.md lines 5-9, and the same table on
        each of the others' pages).
+  [O]  Stream-ordered memory pools (aclrtMemPoolCreate ... aclrtMemPoolTrimTo):
+       Atlas A2 training and inference series only (hicann/runtime,
+       docs/zh/api_ref/11-10_ordered_stream_memory_allocation.md, the product
+       table under each call).
+  [X]  External allocator (aclrtAllocatorRegister, aclrtAllocatorGetByStream,
+       aclrtAllocatorUnregister): every product here but the Atlas 200I/500 A2
+       (hicann/runtime, docs/zh/api_ref/11-08_custom_memory_allocator.md, the
+       product table under each call).
 Numbers per device are per chip (one Ascend device id).
 """
 
@@ -69,6 +77,16 @@ class Profile:
         """The runtime can reserve address space and map physical memory
         under it in granules, so paged pools are possible [V]."""
         return self.name in _VIRTUAL_MEMORY
+
+    @property
+    def stream_pools(self):
+        """aclrtMemPoolCreate and the other SOMA calls exist here [O]."""
+        return self.name in ("atlas-a2-training", "atlas-a2-inference")
+
+    @property
+    def external_allocator(self):
+        """aclrtAllocatorRegister exists here [X]."""
+        return self.name != "atlas-200i-a2"
 
     def huge_reserve(self, free_os_memory=None):
         """Huge-page reserve: 25% of free OS memory, rounded down to 2 MiB [P]."""

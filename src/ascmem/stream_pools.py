@@ -1,0 +1,418 @@
+"""Stream-ordered memory pools: CANN's SOMA (aclrtMemPoolCreate,
+aclrtMemPoolMallocAsync, aclrtMemPoolFreeAsync, ...) on an ascmem Device.
+
+A StreamPool hands out Device blocks.  A block freed on a stream stays the
+pool's ("cached": reserved, not used) and is reused without going back to
+the Device: at once by the stream that freed it, and by another stream when
+the pool's reuse modes allow it -- an event orders the two streams
+(follow-event-dependencies), the freeing stream's work is known complete
+(opportunistic), or the pool may make the new stream wait for the old one
+itself (internal dependencies).  Free memory above the release threshold
+goes back to the Device at the next synchronization of a stream, and
+trim_to() gives back what the caller asks; a block whose stream may still
+use it goes back through the Device's stream ledger, which holds it until
+the stream is done.  Physical memory is then the Device's: on a paged
+device it follows live bytes.
+
+What the pools know about the order of work across streams lives in a
+StreamOrder, shared by every pool of a process (the runtime's streams and
+events are the process's): ascmem.acl feeds it from record_event,
+stream_wait_event and the synchronizations.
+
+Rules follow hicann/runtime (paths below are in that repository):
+  [S] src/runtime/feature/soma/stream_mem_pool.cc -- SegmentManager: reuse
+      flags are booleans (a non-zero value is 1), all off by default
+      (stream_mem_pool.hpp line 108: only single-stream reuse is on); the
+      release threshold may not exceed the pool size (line 498); the two
+      _HIGH attributes accept only 0, which resets them (lines 509, 517);
+      any other attribute is refused (lines 468, 524); trim_to refuses a
+      size above the pool's or below its used bytes (lines 425-432).
+  [A] src/runtime/feature/soma/soma.cc -- the pool size is rounded up to
+      2 MB (0: the device's total memory rounded down) and may not exceed
+      the device's memory (lines 204-221); the two _CURRENT attributes are
+      read-only (line 159).
+  [M] src/acl/aclrt_impl/memory.cpp lines 2081-2178 -- aclrtMemPoolCreate
+      takes only pinned device memory and zeroed reserved bytes; a zero-size
+      aclrtMemPoolMallocAsync succeeds without allocating.
+"""
+
+import threading
+
+from ascmem.errors import (CorruptionError, InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+                           PoolStateError, RuntimeParamError)
+from ascmem.rules import MiB
+
+POOL_ALIGN = 2 * MiB  # DEVICE_POOL_ALIGN_SIZE, stream_mem_pool.hpp line 39
+
+# aclrtMemPoolAttr (include/external/acl/acl_rt_memory_soma.h)
+REUSE_FOLLOW_EVENT_DEPENDENCIES = 0x1
+REUSE_ALLOW_OPPORTUNISTIC = 0x2
+REUSE_ALLOW_INTERNAL_DEPENDENCIES = 0x3
+ATTR_RELEASE_THRESHOLD = 0x4
+ATTR_RESERVED_MEM_CURRENT = 0x5
+ATTR_RESERVED_MEM_HIGH = 0x6
+ATTR_USED_MEM_CURRENT = 0x7
+ATTR_USED_MEM_HIGH = 0x8
+_REUSE_ATTRS = {REUSE_FOLLOW_EVENT_DEPENDENCIES: "follow_events",
+                REUSE_ALLOW_OPPORTUNISTIC: "opportunistic",
+                REUSE_ALLOW_INTERNAL_DEPENDENCIES: "internal"}
+
+# A cached block serves a request that needs at least half of it: the
+# runtime splits a larger segment; a Device block cannot be split.
+_MAX_WASTE_FACTOR = 2
+
+
+class StreamOrder:
+    """Per stream, a count of the operations queued on it that the pools
+    care about (frees, event records); per (waiter, stream), how far the
+    waiter is ordered after the stream (a stream wait on an event, or a wait
+    a pool inserted); per stream, how far its work is known complete."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.queued = {}   # stream -> sequence number of its last operation
+        self.waited = {}   # (waiter, stream) -> sequence number
+        self.done = {}     # stream -> sequence number known complete
+        self.events = {}   # event -> (stream, sequence number) of its last record
+
+    def mark(self, stream):
+        """One more operation on stream; its sequence number."""
+        with self.lock:
+            seq = self.queued.get(stream, 0) + 1
+            self.queued[stream] = seq
+            return seq
+
+    def record(self, event, stream):
+        with self.lock:
+            self.events[event] = (stream, self.mark(stream))
+
+    def wait(self, waiter, event):
+        """waiter waits for event (aclrtStreamWaitEvent).  False: the event
+        was never recorded (the runtime ignores such a wait)."""
+        with self.lock:
+            if event not in self.events:
+                return False
+            stream, seq = self.events[event]
+            self.order(waiter, stream, seq)
+            return True
+
+    def order(self, waiter, stream, seq):
+        with self.lock:
+            key = (waiter, stream)
+            self.waited[key] = max(self.waited.get(key, 0), seq)
+
+    def finished(self, stream, upto=None):
+        """stream's work is done up to upto (None: all queued so far)."""
+        with self.lock:
+            upto = self.queued.get(stream, 0) if upto is None else upto
+            self.done[stream] = max(self.done.get(stream, 0), upto)
+
+    def event_done(self, event):
+        """The event's stream is past it (aclrtSynchronizeEvent, or a query
+        that found it complete)."""
+        with self.lock:
+            if event in self.events:
+                self.finished(*self.events[event])
+
+    def forget_event(self, event):
+        with self.lock:
+            self.events.pop(event, None)
+
+    def ordered(self, waiter, stream, seq):
+        """waiter's new work runs after stream's operation seq."""
+        return waiter == stream or self.waited.get((waiter, stream), 0) >= seq
+
+    def complete(self, stream, seq):
+        return self.done.get(stream, 0) >= seq
+
+
+class _Cached:
+    __slots__ = ("nbytes", "stream", "seq")
+
+    def __init__(self, nbytes, stream, seq):
+        self.nbytes, self.stream, self.seq = nbytes, stream, seq
+
+
+class StreamPool:
+    """One aclrtMemPool over a Device: max_size bytes at most reserved."""
+
+    def __init__(self, device, max_size, order):
+        self.device = device
+        self.max_size = max_size
+        self.order = order
+        self.lock = threading.RLock()
+        self.live = {}     # address -> (usable bytes, stream it was allocated on)
+        self.cached = {}   # address -> _Cached
+        self.used = self.used_high = self.reserved = self.reserved_high = 0
+        self.follow_events = self.opportunistic = self.internal = False
+        self.release_threshold = 0
+        # how requests were served: fresh from the Device, or reused by rule
+        self.served = {"fresh": 0, "same_stream": 0, "event": 0, "opportunistic": 0,
+                       "internal": 0}
+        self.destroyed = False
+
+    # ---- allocation ---------------------------------------------------------------
+
+    def malloc_async(self, size, stream):
+        """A block of at least size bytes for work queued on stream; 0 for
+        size 0 (the runtime returns success and allocates nothing [M])."""
+        if stream is None:
+            raise InvalidArgumentError("mem_pool_malloc_async: the stream may not be null")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidArgumentError(f"mem_pool_malloc_async: size must be an int >= 0, "
+                                       f"not {size!r}")
+        with self.lock:
+            self._require_alive("mem_pool_malloc_async")
+            if size == 0:
+                return 0
+            addr = self._reuse(size, stream)
+            if not addr:
+                addr = self._fresh(size, stream)
+            return addr
+
+    def _reuse(self, size, stream):
+        """A cached block this request may have by the pool's rules, or 0.
+        Preference: the same stream, then an event-ordered one, then one
+        known complete, then one the pool must wait for."""
+        need = _malloc_bytes(size)
+        best = None
+        for addr, c in self.cached.items():
+            if not need <= c.nbytes <= need * _MAX_WASTE_FACTOR:
+                continue
+            rule = self._rule(c, stream)
+            if rule is not None and (best is None or (rule, c.nbytes) < best[:2]):
+                best = (rule, c.nbytes, addr)
+        if best is None:
+            return 0
+        rule, nbytes, addr = best
+        c = self.cached.pop(addr)
+        if rule == 3:  # the pool orders stream after the free it reuses
+            self.order.order(stream, c.stream, c.seq)
+        self.served[("same_stream", "event", "opportunistic", "internal")[rule]] += 1
+        self._take(addr, nbytes, stream)
+        return addr
+
+    def _rule(self, c, stream):
+        """The first reuse rule that lets stream have cached block c (0-3),
+        or None."""
+        if c.stream == stream:
+            return 0
+        if self.follow_events and self.order.ordered(stream, c.stream, c.seq):
+            return 1
+        if self.opportunistic and self.order.complete(c.stream, c.seq):
+            return 2
+        if self.internal:
+            return 3
+        return None
+
+    def _fresh(self, size, stream):
+        if self.reserved + _malloc_bytes(size) > self.max_size:
+            self._release(self._complete_blocks(), 0)
+            if self.reserved + _malloc_bytes(size) > self.max_size:
+                raise PoolStateError(f"mem_pool_malloc_async({size}): the pool has "
+                                     f"{self.max_size - self.reserved} of its {self.max_size} "
+                                     f"bytes left")
+        try:
+            addr = self.device.malloc(size)
+        except OutOfMemoryError:
+            if not self._release(self._complete_blocks(), 0):
+                raise
+            addr = self.device.malloc(size)
+        nbytes = self.device.usable_size(addr)
+        self.reserved += nbytes
+        self.reserved_high = max(self.reserved_high, self.reserved)
+        self.served["fresh"] += 1
+        self._take(addr, nbytes, stream)
+        return addr
+
+    def _take(self, addr, nbytes, stream):
+        self.live[addr] = (nbytes, stream)
+        self.used += nbytes
+        self.used_high = max(self.used_high, self.used)
+
+    # ---- free ----------------------------------------------------------------------
+
+    def owns(self, addr):
+        with self.lock:
+            return addr in self.live or addr in self.cached
+
+    def free_async(self, addr, stream):
+        """Back to the pool, not to the Device: reusable by stream at once,
+        by other streams as the reuse modes allow."""
+        with self.lock:
+            if addr in self.cached:
+                raise RuntimeParamError(f"mem_pool_free_async: {addr:#x} was already freed to "
+                                        f"its pool")
+            if addr not in self.live:
+                raise InvalidFreeError(f"mem_pool_free_async: {addr:#x} is not a block of "
+                                       f"this pool")
+            nbytes, _ = self.live.pop(addr)
+            self.used -= nbytes
+            self.cached[addr] = _Cached(nbytes, stream, self.order.mark(stream))
+
+    # ---- giving memory back ----------------------------------------------------------
+
+    def synchronized(self, stream):
+        """stream was synchronized: free memory above the release threshold
+        goes back to the Device."""
+        with self.lock:
+            if self.destroyed:
+                return 0
+            blocks = sorted(self.cached, key=lambda a: -self.cached[a].nbytes)
+            return self._release(blocks, self.used + self.release_threshold)
+
+    def trim_to(self, min_bytes_to_keep):
+        """Gives cached blocks back until at most min_bytes_to_keep bytes
+        stay reserved [S lines 421-435]."""
+        if not isinstance(min_bytes_to_keep, int) or min_bytes_to_keep < 0:
+            raise InvalidArgumentError(f"mem_pool_trim_to: min_bytes_to_keep must be an int "
+                                       f">= 0, not {min_bytes_to_keep!r}")
+        with self.lock:
+            self._require_alive("mem_pool_trim_to")
+            if min_bytes_to_keep > self.max_size:
+                raise PoolStateError(f"mem_pool_trim_to({min_bytes_to_keep}): above the pool's "
+                                     f"size, {self.max_size}")
+            if min_bytes_to_keep >= self.reserved:
+                return 0
+            if min_bytes_to_keep < self.used:
+                raise PoolStateError(f"mem_pool_trim_to({min_bytes_to_keep}): below the bytes "
+                                     f"in use, {self.used}")
+            blocks = sorted(self.cached, key=lambda a: -self.cached[a].nbytes)
+            return self._release(blocks, min_bytes_to_keep)
+
+    def _complete_blocks(self):
+        return [a for a, c in self.cached.items() if self.order.complete(c.stream, c.seq)]
+
+    def _release(self, addrs, keep):
+        """Gives the cached blocks addrs back to the Device, in order, while
+        more than keep bytes are reserved; the bytes given back.  A block
+        whose stream may still use it waits in the Device's stream ledger."""
+        given = 0
+        for addr in addrs:
+            if self.reserved <= keep:
+                break
+            c = self.cached.pop(addr)
+            self.reserved -= c.nbytes
+            given += c.nbytes
+            done = self.order.complete(c.stream, c.seq) or c.stream is None
+            self.device.free(addr, stream=None if done else c.stream)
+        return given
+
+    # ---- attributes ------------------------------------------------------------------
+
+    def set_attr(self, attr, value):
+        with self.lock:
+            if self.destroyed:
+                raise RuntimeParamError("mem_pool_set_attr: the pool was destroyed")
+            if value is None:
+                raise RuntimeParamError("mem_pool_set_attr: the value may not be null")
+            if attr in (ATTR_RESERVED_MEM_CURRENT, ATTR_USED_MEM_CURRENT):
+                raise RuntimeParamError(f"mem_pool_set_attr: attribute {attr} is read-only")
+            value = _attr_int(value)
+            if attr in _REUSE_ATTRS:
+                setattr(self, _REUSE_ATTRS[attr], value != 0)
+            elif attr == ATTR_RELEASE_THRESHOLD:
+                if not 0 <= value <= self.max_size:
+                    raise PoolStateError(f"mem_pool_set_attr: a release threshold of {value} "
+                                         f"is outside 0..{self.max_size} (the pool's size)")
+                self.release_threshold = value
+            elif attr in (ATTR_RESERVED_MEM_HIGH, ATTR_USED_MEM_HIGH):
+                if value != 0:
+                    raise PoolStateError(f"mem_pool_set_attr: attribute {attr} can only be "
+                                         f"reset, with 0 (not {value})")
+                if attr == ATTR_RESERVED_MEM_HIGH:
+                    self.reserved_high = self.reserved
+                else:
+                    self.used_high = self.used
+            else:
+                raise PoolStateError(f"mem_pool_set_attr: unknown attribute {attr!r}")
+
+    def get_attr(self, attr):
+        with self.lock:
+            if self.destroyed:
+                raise RuntimeParamError("mem_pool_get_attr: the pool was destroyed")
+            if attr in _REUSE_ATTRS:
+                return int(getattr(self, _REUSE_ATTRS[attr]))
+            values = {ATTR_RELEASE_THRESHOLD: self.release_threshold,
+                      ATTR_RESERVED_MEM_CURRENT: self.reserved,
+                      ATTR_RESERVED_MEM_HIGH: self.reserved_high,
+                      ATTR_USED_MEM_CURRENT: self.used, ATTR_USED_MEM_HIGH: self.used_high}
+            if attr not in values:
+                raise PoolStateError(f"mem_pool_get_attr: unknown attribute {attr!r}")
+            return values[attr]
+
+    # ---- lifetime ----------------------------------------------------------------------
+
+    def destroy(self):
+        """Gives every cached block back.  A pool with live blocks is
+        refused: their addresses would outlive it."""
+        with self.lock:
+            self._require_alive("mem_pool_destroy")
+            if self.live:
+                raise PoolStateError(f"mem_pool_destroy: {len(self.live)} block(s) of the pool "
+                                     f"are still allocated; free them first")
+            self._release(list(self.cached), 0)
+            self.destroyed = True
+
+    def forget(self):
+        """The Device was reset: every block is gone with it."""
+        with self.lock:
+            self.live.clear()
+            self.cached.clear()
+            self.used = self.reserved = 0
+            self.destroyed = True
+
+    def _require_alive(self, call):
+        if self.destroyed:
+            raise PoolStateError(f"{call}: the pool was destroyed")
+
+    def stats(self):
+        with self.lock:
+            return {"max_size": self.max_size, "reserved": self.reserved,
+                    "reserved_high": self.reserved_high, "used": self.used,
+                    "used_high": self.used_high, "live_blocks": len(self.live),
+                    "cached_blocks": len(self.cached), "release_threshold": self.release_threshold,
+                    "served": dict(self.served)}
+
+    def check(self):
+        """The pool's books agree with themselves and each block is live on
+        the Device; CorruptionError if not."""
+        with self.lock:
+            used = sum(n for n, _ in self.live.values())
+            cached = sum(c.nbytes for c in self.cached.values())
+            if used != self.used or used + cached != self.reserved or \
+                    self.reserved > self.max_size:
+                raise CorruptionError(f"stream pool: used {self.used} (blocks: {used}), "
+                                      f"reserved {self.reserved} (blocks: {used + cached}), "
+                                      f"size {self.max_size}")
+            for addr in list(self.live) + list(self.cached):
+                try:
+                    self.device.usable_size(addr)
+                except (InvalidArgumentError, InvalidFreeError):
+                    raise CorruptionError(f"stream pool: {addr:#x} is not a live Device "
+                                          f"block") from None
+
+
+def _malloc_bytes(size):
+    """What the Device's malloc takes for size: ALIGN_UP(size, 32) + 32."""
+    return (size + 31) // 32 * 32 + 32
+
+
+def _attr_int(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RuntimeParamError(f"a pool attribute value is an int, not {value!r}")
+    return value
+
+
+def pool_size(max_size, device_total):
+    """The pool's size from aclrtMemPoolProps.maxSize [A]: rounded up to
+    2 MB; 0 is the device's total memory rounded down; more than the device
+    has is refused."""
+    if max_size == 0:
+        size = device_total // POOL_ALIGN * POOL_ALIGN
+    else:
+        size = (max_size + POOL_ALIGN - 1) // POOL_ALIGN * POOL_ALIGN
+    if size > device_total:
+        raise RuntimeParamError(f"mem_pool_create: a pool of {size} bytes exceeds the device's "
+                                f"{device_total}")
+    return size
