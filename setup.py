@@ -37,7 +37,8 @@ class build_py_with_header(build_py):
         super().run()
         dest = os.path.join(self.build_lib, "ascmem", "include")
         os.makedirs(dest, exist_ok=True)
-        for header in ("ascmem.h", "ascmem_capi.h", os.path.join("torch_npu", "ascmem_npu_snapshot.cpp")):
+        for header in ("ascmem.h", "ascmem_capi.h", "ascmem_acl_allocator.h",
+                       os.path.join("torch_npu", "ascmem_npu_snapshot.cpp")):
             shutil.copy(os.path.join(HERE, CSRC, header), dest)
 
 

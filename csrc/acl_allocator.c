@@ -21,6 +21,7 @@
  * nothing -- never undefined behaviour.
  */
 #include "ascmem.h"
+#include "ascmem_acl_allocator.h" /* the exported prototypes, checked against the definitions */
 
 #include <sched.h>
 #include <stdatomic.h>

@@ -90,6 +90,87 @@ def make(capacity=None, fail=None):
         finish(stream)
         return ACL_SUCCESS
 
+    waits = []  # (stream, event) of stream_wait_event
+
+    def stream_wait_event(stream, event):
+        record("rt.stream_wait_event", stream, event)
+        if event not in events:
+            return ACL_ERROR_INVALID_PARAM
+        waits.append((stream, event))
+        return ACL_SUCCESS
+
+    def synchronize_event(event):
+        record("rt.synchronize_event", event)
+        if event not in events:
+            return ACL_ERROR_INVALID_PARAM
+        events[event][1] = True
+        return ACL_SUCCESS
+
+    # the external allocator (pyACL: acl.rt.allocator_*): descriptors hold the
+    # object and the four Python callables; a stream's registration can be
+    # read back (allocator_get_by_stream) and called as the runtime would
+    descs = {}         # handle -> {"obj": ..., "alloc": ..., ...}
+    registered = {}    # stream -> descriptor handle
+    next_desc = [0x3000]
+
+    def _injected(name):
+        return mod.fail(name, None) if mod.fail else 0
+
+    def allocator_create_desc():
+        record("rt.allocator_create_desc")
+        if _injected("rt.allocator_create_desc"):
+            return 0  # NULL: the runtime could not make one
+        h = next_desc[0]
+        next_desc[0] += 8
+        descs[h] = {}
+        return h
+
+    def allocator_destroy_desc(desc):
+        record("rt.allocator_destroy_desc", desc)
+        if desc not in descs:
+            return ACL_ERROR_INVALID_PARAM
+        del descs[desc]
+        return ACL_SUCCESS
+
+    def _setter(name, key):
+        def setter(desc, value):
+            record("rt." + name, desc)
+            if desc not in descs or not value:
+                return ACL_ERROR_INVALID_PARAM
+            if key != "obj" and not callable(value):
+                return ACL_ERROR_INVALID_PARAM
+            code = _injected("rt." + name)
+            if code:
+                return code
+            descs[desc][key] = value
+            return ACL_SUCCESS
+        return setter
+
+    def allocator_register(stream, desc):
+        record("rt.allocator_register", stream, desc)
+        if stream is None or desc not in descs or len(descs[desc]) != 5:
+            return ACL_ERROR_INVALID_PARAM  # every function and the object must be set
+        code = _injected("rt.allocator_register")
+        if code:
+            return code
+        registered[stream] = desc
+        return ACL_SUCCESS
+
+    def allocator_get_by_stream(stream):
+        record("rt.allocator_get_by_stream", stream)
+        if stream not in registered:
+            return 0, 0, None, None, None, None, ACL_ERROR_INVALID_PARAM
+        d = descs[registered[stream]]
+        return (registered[stream], d["obj"], d["alloc"], d["free"], d["alloc_advise"],
+                d["get_addr_from_block"], ACL_SUCCESS)
+
+    def allocator_unregister(stream):
+        record("rt.allocator_unregister", stream)
+        code = _injected("rt.allocator_unregister")
+        if code:
+            return code
+        return ACL_SUCCESS if registered.pop(stream, None) is not None else ACL_ERROR_INVALID_PARAM
+
     def get_mem_info(attr):
         record("rt.get_mem_info", attr)
         return 1 << 30, 1 << 31, ACL_SUCCESS
@@ -171,10 +252,23 @@ def make(capacity=None, fail=None):
             query_event_status=query_event_status, destroy_event=destroy_event,
             synchronize_stream=synchronize_stream, reserve_mem_address=reserve_mem_address,
             release_mem_address=release_mem_address, malloc_physical=malloc_physical,
-            free_physical=free_physical, map_mem=map_mem, unmap_mem=unmap_mem),
+            free_physical=free_physical, map_mem=map_mem, unmap_mem=unmap_mem,
+            stream_wait_event=stream_wait_event, synchronize_event=synchronize_event,
+            allocator_create_desc=allocator_create_desc,
+            allocator_destroy_desc=allocator_destroy_desc,
+            allocator_set_obj_to_desc=_setter("allocator_set_obj_to_desc", "obj"),
+            allocator_set_alloc_func_to_desc=_setter("allocator_set_alloc_func_to_desc", "alloc"),
+            allocator_set_free_func_to_desc=_setter("allocator_set_free_func_to_desc", "free"),
+            allocator_set_alloc_advise_func_to_desc=_setter(
+                "allocator_set_alloc_advise_func_to_desc", "alloc_advise"),
+            allocator_set_get_addr_from_block_func_to_desc=_setter(
+                "allocator_set_get_addr_from_block_func_to_desc", "get_addr_from_block"),
+            allocator_register=allocator_register, allocator_get_by_stream=allocator_get_by_stream,
+            allocator_unregister=allocator_unregister),
         media=types.SimpleNamespace(
             dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
         calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish,
-        reserved=reserved, physical=physical, mapped=mapped)
+        reserved=reserved, physical=physical, mapped=mapped, waits=waits, descs=descs,
+        registered=registered)
     return mod
