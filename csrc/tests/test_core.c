@@ -1,6 +1,7 @@
 /* C unit tests of the core, run by `make -C csrc test` under ASan and UBSan. */
 #include "../ascmem.h"
 #include "../internal.h" /* to corrupt metadata on purpose */
+#include "../ascmem_acl_allocator.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -755,6 +756,68 @@ static void test_paged_pool(void) {
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
 }
 
+typedef struct acl_caller {
+    void *allocator;
+    _Atomic int *stop;
+    uint64_t served;
+} acl_caller;
+
+static void *acl_calls(void *arg) {
+    acl_caller *c = arg;
+    void *live[8] = {0};
+    unsigned k = 0;
+    while (!atomic_load(c->stop)) {
+        k = (k + 3) % 8;
+        if (live[k]) {
+            ascmem_acl_free(c->allocator, live[k]);
+            live[k] = NULL;
+        } else if ((live[k] = ascmem_acl_alloc(c->allocator, 64 + k * 5000)) != NULL) {
+            c->served++;
+        }
+    }
+    for (k = 0; k < 8; k++) ascmem_acl_free(c->allocator, live[k]);
+    return NULL;
+}
+
+/* The external allocator's callbacks while the slot is rebound from one
+ * device to another and unbound: a callback never runs on a device after
+ * bind() returned (ASan would see the destroyed device), an unbound slot
+ * serves NULL, and pointers that are not slots are refused unread. */
+static void test_acl_allocator_slots_under_callers(void) {
+    ascm_device *a = small_device(1ull << 40), *b = small_device(1ull << 44);
+    void *h = ascm_acl_allocator_handle(5);
+    _Atomic int stop = 0;
+    acl_caller c[3];
+    pthread_t t[3];
+    CHECK(ascm_acl_allocator_handle(ASCM_ACL_ALLOCATOR_SLOTS) == NULL);
+    CHECK(ascm_acl_allocator_bind(-1, a) == ASCM_ERR_INVAL);
+    CHECK(ascm_acl_allocator_bind(5, a) == ASCM_OK);
+    for (int i = 0; i < 3; i++) {
+        c[i] = (acl_caller){.allocator = h, .stop = &stop};
+        CHECK(pthread_create(&t[i], NULL, acl_calls, &c[i]) == 0);
+    }
+    for (int r = 0; r < 2000; r++) CHECK(ascm_acl_allocator_bind(5, r % 3 == 2 ? NULL : r % 2 ? b : a) == ASCM_OK);
+    CHECK(ascm_acl_allocator_bind(5, a) == ASCM_OK);
+    atomic_store(&stop, 1);
+    uint64_t served = 0;
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        served += c[i].served;
+    }
+    CHECK(served > 0);
+    CHECK(ascm_acl_allocator_bind(5, NULL) == ASCM_OK);
+    CHECK(ascmem_acl_alloc(h, 64) == NULL);
+    char local[64];
+    CHECK(ascmem_acl_alloc(local, 64) == NULL);
+    CHECK(ascmem_acl_alloc((char *)h + 1, 64) == NULL);
+    ascmem_acl_free(local, local);
+    CHECK(ascmem_acl_get_addr_from_block(local) == local);
+    /* a block freed while the slot named the other device was refused
+     * there and stays live in its own: destroy takes it */
+    ascm_device_destroy(a);
+    ascm_device_destroy(b);
+}
+
 int main(void) {
     test_buddy_basic();
     test_buddy_random();
@@ -771,6 +834,7 @@ int main(void) {
     test_device_counts_a_failure_once();
     test_pool_spares_count_as_free();
     test_paged_pool();
-    printf("%d passed, %d failed\n", failures ? 0 : 15, failures ? 1 : 0);
+    test_acl_allocator_slots_under_callers();
+    printf("%d passed, %d failed\n", failures ? 0 : 16, failures ? 1 : 0);
     return failures ? 1 : 0;
 }
