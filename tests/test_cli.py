@@ -276,3 +276,17 @@ def test_snapshot_json(tmp_path):
 def test_flags_that_would_do_nothing_are_usage_errors(args, text):
     r = run(*args)
     assert r.returncode == 2 and text in r.stderr
+
+
+def test_the_readme_python_examples_run(tmp_path, monkeypatch, capsys):
+    """Every ```python block of README.md runs as written (mypy checks them
+    too: scripts/typecheck.py)."""
+    import os
+    import re
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    with open(readme) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)  # the trace example saves a file
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"README.md python block {i}", "exec"), {})

@@ -42,7 +42,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def use(device):
+def use(device: "ascmem.Device | None") -> None:
     """Makes device the target of every call (None: back to the default)."""
     global _device
     _device = device
