@@ -520,3 +520,17 @@ def test_installed_event_calls_feed_the_pools(dev, pool):
         acl.uninstall()
     assert not hasattr(fake.rt.record_event, "__wrapped__")
     check(dev, pool)
+
+
+def test_a_reset_of_the_device_itself_also_ends_its_pools(dev, pool):
+    s, = streams(1)
+    a = malloc(pool, 4096, s)
+    acl.rt.mem_pool_free_async(malloc(pool, 8192, s), s)
+    dev.reset()  # not through acl.rt.reset_device: the pool finds out on its next call
+    assert acl.rt.mem_pool_free_async(a, s) == ACL_ERROR_RT_MEMORY_FREE  # a stale pointer
+    assert acl.rt.synchronize_stream(s) == ACL_SUCCESS                   # nothing to give back
+    assert acl.rt.mem_pool_malloc_async(64, pool, s) == (0, ACL_ERROR_RT_INTERNAL_ERROR)
+    assert acl.rt.mem_pool_get_attr(pool, sp.ATTR_USED_MEM_CURRENT) == \
+        (0, ACL_ERROR_RT_PARAM_INVALID)
+    assert dev.resets == 1
+    dev.check()

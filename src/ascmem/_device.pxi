@@ -246,6 +246,12 @@ cdef class Device(_DeviceReadout):
         raised.  Returns the bytes mapped."""
         return _wake_tag(self, tag)
 
+    @property
+    def resets(self):
+        """How many times reset() (or restart()) freed every block: what was
+        handed out before the last one is gone."""
+        return (<_DeviceParts>self._parts).counters["resets"]
+
     def pending_bytes(self):
         """Bytes of blocks freed on a stream and waiting for it."""
         return (<_DeviceParts>self._parts).ledger.pending_bytes
@@ -403,6 +409,7 @@ cdef class Device(_DeviceReadout):
                         for base, size in chunks:
                             parts.mapper.release_range(base, size)
                 parts.growth.retire(old)
+                parts.counters["resets"] += 1
         finally:
             ascm_device_reopen(self._d)
 

@@ -108,7 +108,7 @@ def _pool(handle, call, unknown=PoolStateError):
     if not handle:
         raise InvalidArgumentError(f"{call}: the pool may not be null")
     pool = _pools.get(handle) if isinstance(handle, int) else None
-    if pool is None or pool.destroyed:
+    if pool is None or pool._gone():
         raise unknown(f"{call}: {handle!r} is not a pool (never created, or destroyed)")
     return pool
 

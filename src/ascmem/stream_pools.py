@@ -150,6 +150,7 @@ class StreamPool:
         self.served = {"fresh": 0, "same_stream": 0, "event": 0, "opportunistic": 0,
                        "internal": 0}
         self.destroyed = False
+        self.resets = device.resets  # a Device reset takes the pool's blocks with it
 
     # ---- allocation ---------------------------------------------------------------
 
@@ -234,12 +235,13 @@ class StreamPool:
 
     def owns(self, addr):
         with self.lock:
-            return addr in self.live or addr in self.cached
+            return not self._gone() and (addr in self.live or addr in self.cached)
 
     def free_async(self, addr, stream):
         """Back to the pool, not to the Device: reusable by stream at once,
         by other streams as the reuse modes allow."""
         with self.lock:
+            self._require_alive("mem_pool_free_async")
             if addr in self.cached:
                 raise RuntimeParamError(f"mem_pool_free_async: {addr:#x} was already freed to "
                                         f"its pool")
@@ -256,7 +258,7 @@ class StreamPool:
         """stream was synchronized: free memory above the release threshold
         goes back to the Device."""
         with self.lock:
-            if self.destroyed:
+            if self._gone():
                 return 0
             blocks = sorted(self.cached, key=lambda a: -self.cached[a].nbytes)
             return self._release(blocks, self.used + self.release_threshold)
@@ -302,7 +304,7 @@ class StreamPool:
 
     def set_attr(self, attr, value):
         with self.lock:
-            if self.destroyed:
+            if self._gone():
                 raise RuntimeParamError("mem_pool_set_attr: the pool was destroyed")
             if value is None:
                 raise RuntimeParamError("mem_pool_set_attr: the value may not be null")
@@ -329,7 +331,7 @@ class StreamPool:
 
     def get_attr(self, attr):
         with self.lock:
-            if self.destroyed:
+            if self._gone():
                 raise RuntimeParamError("mem_pool_get_attr: the pool was destroyed")
             if attr in _REUSE_ATTRS:
                 return int(getattr(self, _REUSE_ATTRS[attr]))
@@ -363,8 +365,15 @@ class StreamPool:
             self.destroyed = True
 
     def _require_alive(self, call):
-        if self.destroyed:
+        if self._gone():
             raise PoolStateError(f"{call}: the pool was destroyed")
+
+    def _gone(self):
+        """Destroyed, or its Device was reset since (aclrtResetDevice frees
+        every block: the pool's included)."""
+        if not self.destroyed and self.device.resets != self.resets:
+            self.forget()
+        return self.destroyed
 
     def stats(self):
         with self.lock:
