@@ -198,8 +198,7 @@ def test_another_stream_gets_fresh_memory_without_a_mode(dev, pool):
     acl.rt.mem_pool_free_async(a, s1)
     b = malloc(pool, 4096, s2)
     assert b != a and acl_soma.pool_stats(pool)["served"]["fresh"] == 2
-    for p, s in ((b, s2),):
-        acl.rt.mem_pool_free_async(p, s)
+    acl.rt.mem_pool_free_async(b, s2)
     check(dev, pool)
 
 

@@ -193,35 +193,38 @@ _events = set()
 _streams = set()
 
 
-def create_stream():
+def _new_handle(kind):
     with _lock:
-        stream = next(_handles)
-        _streams.add(stream)
-    return stream, ACL_SUCCESS
+        handle = next(_handles)
+        kind.add(handle)
+    return handle, ACL_SUCCESS
+
+
+def _drop_handle(kind, handle):
+    with _lock:
+        if handle not in kind:
+            return ACL_ERROR_INVALID_PARAM
+        kind.discard(handle)
+    return ACL_SUCCESS
+
+
+def create_stream():
+    return _new_handle(_streams)
 
 
 def destroy_stream(stream):
-    with _lock:
-        if stream not in _streams:
-            return ACL_ERROR_INVALID_PARAM
-        _streams.discard(stream)
-    return ACL_SUCCESS
+    return _drop_handle(_streams, stream)
 
 
 def create_event():
-    with _lock:
-        event = next(_handles)
-        _events.add(event)
-    return event, ACL_SUCCESS
+    return _new_handle(_events)
 
 
 def destroy_event(event):
-    with _lock:
-        if event not in _events:
-            return ACL_ERROR_INVALID_PARAM
-        _events.discard(event)
-    order.forget_event(event)
-    return ACL_SUCCESS
+    ret = _drop_handle(_events, event)
+    if ret == ACL_SUCCESS:
+        order.forget_event(event)
+    return ret
 
 
 def record_event(event, stream):
