@@ -108,7 +108,7 @@ def _pool(handle, call, unknown=PoolStateError):
     if not handle:
         raise InvalidArgumentError(f"{call}: the pool may not be null")
     pool = _pools.get(handle) if isinstance(handle, int) else None
-    if pool is None or pool._gone():
+    if pool is None or pool.destroyed:  # a reset Device's pool: its own calls find out
         raise unknown(f"{call}: {handle!r} is not a pool (never created, or destroyed)")
     return pool
 
@@ -160,8 +160,8 @@ def mem_pool_free_async(ptr, stream):
         if not ptr:
             raise InvalidArgumentError("mem_pool_free_async: the pointer may not be null")
         for p in list(_pools.values()):
-            if p.owns(ptr):
-                return p.free_async(ptr, stream)
+            if p.free_async(ptr, stream):
+                return
         _acl().device().free(ptr, stream=stream)
     return _ret(free)
 

@@ -163,7 +163,7 @@ class StreamPool:
             raise InvalidArgumentError(f"mem_pool_malloc_async: size must be an int >= 0, "
                                        f"not {size!r}")
         with self.lock:
-            self._require_alive("mem_pool_malloc_async")
+            self._require_alive("mem_pool_malloc_async")  # also notices a Device reset
             if size == 0:
                 return 0
             addr = self._reuse(size, stream)
@@ -233,24 +233,22 @@ class StreamPool:
 
     # ---- free ----------------------------------------------------------------------
 
-    def owns(self, addr):
-        with self.lock:
-            return not self._gone() and (addr in self.live or addr in self.cached)
-
     def free_async(self, addr, stream):
         """Back to the pool, not to the Device: reusable by stream at once,
-        by other streams as the reuse modes allow."""
+        by other streams as the reuse modes allow.  False if addr is not
+        this pool's (nothing changes)."""
         with self.lock:
-            self._require_alive("mem_pool_free_async")
-            if addr in self.cached:
-                raise RuntimeParamError(f"mem_pool_free_async: {addr:#x} was already freed to "
-                                        f"its pool")
             if addr not in self.live:
-                raise InvalidFreeError(f"mem_pool_free_async: {addr:#x} is not a block of "
-                                       f"this pool")
+                if addr in self.cached and not self._gone():
+                    raise RuntimeParamError(f"mem_pool_free_async: {addr:#x} was already freed "
+                                            f"to its pool")
+                return False
+            if self._gone():
+                return False
             nbytes, _ = self.live.pop(addr)
             self.used -= nbytes
             self.cached[addr] = _Cached(nbytes, stream, self.order.mark(stream))
+            return True
 
     # ---- giving memory back ----------------------------------------------------------
 
