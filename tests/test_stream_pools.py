@@ -533,3 +533,16 @@ def test_a_reset_of_the_device_itself_also_ends_its_pools(dev, pool):
         (0, ACL_ERROR_RT_PARAM_INVALID)
     assert dev.resets == 1
     dev.check()
+
+
+def test_aclrtfree_of_a_pool_block_takes_it_out_of_the_pool(dev, pool):
+    s, = streams(1)
+    a = malloc(pool, 4096, s)
+    b = malloc(pool, 4096, s)
+    assert acl.rt.free(a) == ACL_SUCCESS  # the runtime's DevFree frees it from its pool
+    assert attr(pool, sp.ATTR_USED_MEM_CURRENT) == attr(pool, sp.ATTR_RESERVED_MEM_CURRENT) == \
+        dev.usable_size(b)
+    assert acl.rt.free(a) == ACL_ERROR_RT_MEMORY_FREE  # gone: the device's double free
+    acl.rt.mem_pool_free_async(b, s)
+    assert acl.rt.free(b) == ACL_ERROR_RT_INTERNAL_ERROR  # freed to the pool already
+    check(dev, pool)

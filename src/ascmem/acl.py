@@ -153,10 +153,22 @@ def _himpi_dvpp_malloc(dev_id, size):
         return 0, acl_code(exc)
 
 
+def _free_device_memory(ptr):
+    """aclrtFree: a block of a stream-ordered pool leaves its pool (the
+    runtime frees it there too); anything else is the device's."""
+    if acl_soma._pools:
+        try:
+            if acl_soma.free_pooled(ptr):
+                return ACL_SUCCESS
+        except Exception as exc:
+            return acl_code(exc)
+    return _free("free", ptr)
+
+
 rt = types.SimpleNamespace(
     malloc=lambda size, policy=0: _alloc("malloc", size, policy),
     malloc_align32=lambda size, policy=0: _alloc("malloc_align32", size, policy),
-    free=lambda ptr: _free("free", ptr),
+    free=_free_device_memory,
     malloc_host=lambda size: _alloc("malloc_host", size),
     free_host=lambda ptr: _free("free_host", ptr),
     get_mem_info=_get_mem_info,

@@ -166,6 +166,12 @@ def mem_pool_free_async(ptr, stream):
     return _ret(free)
 
 
+def free_pooled(ptr):
+    """acl.rt.free of a pool's block: True if a pool had it live and it is
+    freed; False if no pool has it (an ordinary aclrtMalloc block)."""
+    return any(p.free_now(ptr) for p in list(_pools.values()))
+
+
 def mem_pool_trim_to(pool, min_bytes_to_keep):
     """aclrtMemPoolTrimTo: ret."""
     return _ret(lambda: _pool(pool, "mem_pool_trim_to").trim_to(min_bytes_to_keep))

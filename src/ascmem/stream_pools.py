@@ -250,6 +250,25 @@ class StreamPool:
             self.cached[addr] = _Cached(nbytes, stream, self.order.mark(stream))
             return True
 
+    def free_now(self, addr):
+        """aclrtFree of a live block of the pool: it leaves the pool and goes
+        back to the Device at once (the runtime's DevFree: api_impl.cc lines
+        2357-2367).  False if addr is not a live block of this pool; a block
+        already freed to the pool is refused (PoolStateError: the runtime's
+        RT_ERROR_POOL_PTR_NOTFOUND)."""
+        with self.lock:
+            if self._gone():
+                return False
+            if addr in self.cached:
+                raise PoolStateError(f"free: {addr:#x} was already freed to its stream pool")
+            if addr not in self.live:
+                return False
+            self.device.free(addr)
+            nbytes, _ = self.live.pop(addr)
+            self.used -= nbytes
+            self.reserved -= nbytes
+            return True
+
     # ---- giving memory back ----------------------------------------------------------
 
     def synchronized(self, stream):
