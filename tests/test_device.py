@@ -297,16 +297,50 @@ def test_get_mem_info_free_plus_used_is_total_at_every_step():
         assert hf >= 0 and nf >= 0
 
 
-def test_get_mem_info_missing_hardware_reports_zero():
-    assert dev().get_mem_info(MemAttr.HBM_MEM) == (0, 0)
-    assert dev("atlas-training").get_mem_info(MemAttr.DDR_MEM_HUGE) == (0, 0)
-    assert dev().get_mem_info(MemAttr.DDR_MEM_P2P_HUGE) == (0, 0)
-    assert dev("atlas-training").get_mem_info(MemAttr.HBM_MEM)[1] == 32 * GiB
+def test_get_mem_info_on_ddr_chips_answers_hbm_attributes_with_ddr_figures():
+    # hicann/runtime npu_driver_mem.cc 1622-1633 (g_memInfoTypeMap), 1893-1898
+    for model in ("atlas-inference", "atlas-inference-series", "atlas-200i-a2"):
+        d = dev(model)
+        d.malloc(100_000, Policy.NORMAL_ONLY)
+        for hbm, ddr in ((MemAttr.HBM_MEM, MemAttr.DDR_MEM), (MemAttr.HBM_MEM_HUGE, MemAttr.DDR_MEM_HUGE),
+                         (MemAttr.HBM_MEM_NORMAL, MemAttr.DDR_MEM_NORMAL),
+                         (MemAttr.HBM_MEM_P2P_HUGE, MemAttr.DDR_MEM_P2P_HUGE)):
+            assert d.get_mem_info(hbm) == d.get_mem_info(ddr), (model, hbm)
+        # attributes the runtime's table lacks read as DDR_MEM (std::map::operator[])
+        for attr in (MemAttr.HBM_MEM_HUGE1G, MemAttr.MEM_NORMAL, MemAttr.MEM_HUGE1G):
+            assert d.get_mem_info(attr) == d.get_mem_info(MemAttr.DDR_MEM), (model, attr)
 
 
-def test_get_mem_info_rejects_unknown_attribute():
-    with pytest.raises(ascmem.InvalidArgumentError):
-        dev().get_mem_info(99)
+def test_get_mem_info_on_hbm_chips():
+    t = dev("atlas-training")
+    assert t.get_mem_info(MemAttr.HBM_MEM)[1] == 32 * GiB
+    assert t.get_mem_info(MemAttr.MEM_HUGE) == t.get_mem_info(MemAttr.HBM_MEM_HUGE)
+    assert t.get_mem_info(MemAttr.DDR_MEM_HUGE) == (0, 0)  # the driver's answer is not public
+    for attr in (MemAttr.HBM_MEM_HUGE1G, MemAttr.HBM_MEM_P2P_HUGE1G, MemAttr.MEM_HUGE1G,
+                 MemAttr.MEM_P2P_HUGE1G):
+        with pytest.raises(ascmem.UnsupportedError) as e:  # no 1 GiB pages on the 910
+            t.get_mem_info(attr)
+        assert e.value.code == 207000
+    a2 = dev("atlas-a2-training")
+    assert a2.get_mem_info(MemAttr.HBM_MEM_HUGE1G)[1] > 0
+    assert dev().get_mem_info(MemAttr.DDR_MEM_P2P_HUGE) == (0, 0)  # no P2P on the 310
+
+
+def test_get_mem_info_rejects_unknown_attribute_with_the_runtimes_code():
+    for bad in (99, -1, 18):
+        with pytest.raises(ascmem.InvalidArgumentError) as e:
+            dev().get_mem_info(bad)
+        assert e.value.code == 107016  # ACL_ERROR_RT_INVALID_MEMORY_TYPE
+    for bad in ("HBM", 1.0, None, True):  # not an int: pyACL's own argument check
+        with pytest.raises(ascmem.ArgumentTypeError):
+            dev().get_mem_info(bad)
+    from ascmem import acl
+    acl.use(dev())
+    try:
+        assert acl.rt.get_mem_info(99) == (0, 0, 107016)
+        assert acl.rt.get_mem_info(1)[2] == 0
+    finally:
+        acl.use(None)
 
 
 # ---- precautions, devices, stats --------------------------------------------------------

@@ -50,14 +50,13 @@ cdef class _DeviceReadout:
         return _profiles.precautions(self.profile, self.mode)
 
     def get_mem_info(self, attr):
-        """aclrtGetMemInfo: (free, total) in bytes for an aclrtMemAttr value;
-        attributes this hardware lacks report (0, 0)."""
-        try:
-            a = MemAttr(attr)
-        except (ValueError, TypeError):
-            raise InvalidArgumentError(f"unknown aclrtMemAttr value {attr!r}") from None
+        """aclrtGetMemInfo: (free, total) in bytes for an aclrtMemAttr value,
+        as the runtime answers it (rules.mem_info: DDR chips answer HBM
+        attributes with DDR figures; an unknown attribute raises
+        InvalidMemoryTypeError, 107016; a 1 GiB-page one where there are no
+        1 GiB pages UnsupportedError, 207000)."""
         prof = self.profile
-        return _rules.mem_info(a, self.budget(), prof.memory_type, prof.p2p, prof.huge1g)
+        return _rules.mem_info(attr, self.budget(), prof.memory_type, prof.p2p, prof.huge1g)
 
     # ---- budget ---------------------------------------------------------------
 

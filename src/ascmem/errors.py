@@ -10,6 +10,7 @@ ACL_SUCCESS = 0
 ACL_ERROR_INVALID_PARAM = 100000
 ACL_ERROR_RT_PARAM_INVALID = 107000
 ACL_ERROR_RT_CONTEXT_NULL = 107002
+ACL_ERROR_RT_INVALID_MEMORY_TYPE = 107016
 ACL_ERROR_BAD_ALLOC = 200000
 ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
 ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
@@ -73,6 +74,15 @@ class ClosedError(AscmemError):
 class DeviceClosedError(ClosedError):
     """The device was closed: its memory went back to the upstream, and every
     allocation, free or view fails."""
+
+
+class InvalidMemoryTypeError(InvalidArgumentError):
+    """aclrtGetMemInfo with an attribute outside aclrtMemAttr (the runtime:
+    RT_ERROR_INVALID_MEMORY_TYPE, reported as 107016; hicann/runtime
+    src/runtime/api/impl/api_error.cc lines 3185-3188, errcode_manage.cc
+    line 330)."""
+
+    code = ACL_ERROR_RT_INVALID_MEMORY_TYPE
 
 
 class RuntimeParamError(InvalidArgumentError):

@@ -98,12 +98,37 @@ MEM_ATTR_POOL = {0: "all", 1: "all", 2: "huge", 3: "normal", 4: "huge", 5: "norm
                  6: "p2p_huge", 7: "p2p_normal", 8: "p2p_huge", 9: "p2p_normal", 10: "huge1g",
                  11: "p2p_huge1g", 12: "normal", 13: "huge", 14: "huge1g", 15: "p2p_normal",
                  16: "p2p_huge", 17: "p2p_huge1g"}
+# Chips whose memory is DDR (Ascend 310, 310P, 310B: MAP_WHEN_GET_INFO in
+# hicann/runtime src/runtime/config/{mini,dc,mini_v3}/dev_info_reg.cc) answer
+# an HBM attribute with its DDR twin (g_memInfoTypeMap, npu_driver_mem.cc
+# lines 1622-1633, applied at 1893-1898).  The table is read with
+# std::map::operator[], so an attribute it lacks (10, 11 and 12-17) reads as
+# 0, DDR_MEM: the whole memory.
+DDR_TWIN = {0: 0, 1: 0, 2: 2, 3: 3, 4: 2, 5: 3, 6: 6, 7: 7, 8: 6, 9: 7}
 
 
 def mem_info(attr, budget, memory_type, p2p, huge1g):
     """(free, total) bytes aclrtGetMemInfo reports for attr on a device with
-    this budget (Device.budget()); memory this hardware lacks reports (0, 0)."""
-    a = int(MemAttr(attr))
+    this budget (Device.budget()).  An attribute outside aclrtMemAttr raises
+    InvalidMemoryTypeError (107016); a 1 GiB-page one on an HBM chip without
+    1 GiB pages UnsupportedError (207000: CheckIfSupport1GHugePage,
+    npu_driver_mem.cc lines 1920-1927 and 2447-2457); DDR chips answer HBM
+    attributes with DDR figures (DDR_TWIN).  Memory the chip lacks otherwise
+    (DDR attributes on an HBM chip, P2P without P2P) reports (0, 0): the
+    driver's answer there is not in the public sources."""
+    from ascmem.errors import ArgumentTypeError, InvalidMemoryTypeError, UnsupportedError
+    if isinstance(attr, bool) or not isinstance(attr, int):
+        raise ArgumentTypeError(f"aclrtMemAttr is an int, not {attr!r}")
+    try:
+        a = int(MemAttr(attr))
+    except (ValueError, TypeError):
+        raise InvalidMemoryTypeError(f"unknown aclrtMemAttr value {attr!r} (the runtime takes "
+                                     f"{MemAttr.DDR_MEM.value}-{MemAttr.MEM_P2P_HUGE1G.value})") \
+            from None
+    if memory_type == "DDR":
+        a = DDR_TWIN.get(a, MemAttr.DDR_MEM)
+    elif MEM_ATTR_POOL[a].endswith("huge1g") and not huge1g:
+        raise UnsupportedError(f"aclrtGetMemInfo({MemAttr(a).name}): this chip has no 1 GiB pages")
     if a in MEM_ATTR_TYPE and MEM_ATTR_TYPE[a] != memory_type:
         return (0, 0)
     which = MEM_ATTR_POOL[a]
