@@ -245,6 +245,9 @@ typedef struct ascm_device_config {
     void *map_ctx;
     uint64_t release_threshold; /* per paged kind: free granules kept mapped, in bytes */
     uint64_t granule_min;       /* paged kinds: granule = max(the kind's page, this) */
+    /* Non-zero (RC mode): host memory is the device's normal memory, charged
+     * to the budget and sized as aclrtMalloc's pieces are. */
+    int host_is_device;
 } ascm_device_config;
 
 #define ASCM_MAX_CHUNKS 64 /* chunks a kind holds at once */

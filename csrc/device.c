@@ -30,8 +30,6 @@
 #include <stdlib.h>
 
 #define MIB (1024ull * 1024ull)
-#define POLICY_BASE(p) ((p) & 0xFFu)
-#define POLICY_KNOWN_FLAGS (0x100u | 0x1000u | 0x100000u)
 
 enum { HUGE_FIRST = 0, HUGE_ONLY = 1, NORMAL_ONLY = 2, HUGE_FIRST_P2P = 3, HUGE_ONLY_P2P = 4,
        NORMAL_ONLY_P2P = 5, HUGE1G_ONLY = 6, HUGE1G_ONLY_P2P = 7 };
@@ -78,6 +76,7 @@ struct ascm_device {
     ascm_map_fn map;
     void *map_ctx;
     uint64_t granule_min;
+    int host_is_device; /* RC mode: aclrtMallocHost is device memory (route, new_pool) */
     uint64_t release_threshold;
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
@@ -191,7 +190,9 @@ static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_po
         if (pc.page_size < d->granule_min) pc.page_size = d->granule_min;
         pc.release_threshold = d->release_threshold;
     }
-    if (ascm_kind(k)->device) { /* host memory is not charged to the device */
+    /* host memory is not charged to the device, but in RC mode it is the
+     * device's (normal pages: see route()) */
+    if (ascm_kind(k)->device || (k == ASCM_KIND_HOST && d->host_is_device)) {
         pc.charge = charge;
         pc.charge_ctx = &d->ctx[k];
     }
@@ -253,6 +254,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     d->map = cfg->map;
     d->map_ctx = cfg->map_ctx;
     d->granule_min = cfg->granule_min;
+    d->host_is_device = cfg->host_is_device != 0;
     d->release_threshold = cfg->release_threshold;
     for (int k = 0; k < ASCM_KINDS; k++) {
         d->base[k] = cfg->base[k];
@@ -362,18 +364,20 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     }
     if (mode == ASCM_SIZE_HOST) {
         r->kinds[0] = ASCM_KIND_HOST;
-        r->rounded = size;
+        /* RC mode (Ascend RC, control CPU open): host and device are one, so
+         * aclrtMallocHost is device memory in normal pages, and every piece
+         * cut from a larger block needs ALIGN_UP(len, 32) + 32 at a 64-byte
+         * start (hicann/runtime docs/zh/api_ref/11-02_host_memory_management.md
+         * lines 71-77).  Elsewhere host memory is the host's: 64-byte start. */
+        r->rounded = d->host_is_device ? r->rounded + 32 : size;
         return ASCM_OK;
     }
-    uint32_t base = POLICY_BASE(policy);
-    if (policy & ~(0xFFu | POLICY_KNOWN_FLAGS) || base > HUGE1G_ONLY_P2P) {
-        /* out of aclrtMemMallocPolicy's range: CANN takes huge pages from 2 MB
-         * up and normal pages below (aclrtMalloc, "policy") */
-        r->kinds[0] = size >= 2 * MIB ? ASCM_KIND_HUGE : ASCM_KIND_NORMAL;
-        return ASCM_OK;
-    }
-    if (base >= HUGE_FIRST_P2P && base != HUGE1G_ONLY && !d->p2p) return ASCM_ERR_UNSUPPORTED;
-    switch (base) {
+    /* aclMallocMemInner compares the policy whole: one OR-ed with a flag,
+     * or out of range, is none of the named ones and takes the default route
+     * (hicann/runtime src/acl/aclrt_impl/memory.cpp lines 320-342) */
+    if (policy > HUGE1G_ONLY_P2P) policy = HUGE_FIRST;
+    if (policy >= HUGE_FIRST_P2P && policy != HUGE1G_ONLY && !d->p2p) return ASCM_ERR_UNSUPPORTED;
+    switch (policy) {
     case HUGE1G_ONLY:
     case HUGE1G_ONLY_P2P:
         if (!table_of(d, ASCM_KIND_HUGE1G)) return ASCM_ERR_UNSUPPORTED;
@@ -390,8 +394,11 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     case NORMAL_ONLY_P2P:
         r->kinds[0] = ASCM_KIND_NORMAL;
         return ASCM_OK;
-    default: /* HUGE_FIRST, HUGE_FIRST_P2P, bandwidth flags alone */
-        if (size > MIB) {
+    default: /* HUGE_FIRST, HUGE_FIRST_P2P and the default route */
+        /* huge pages above 1 MiB of the rounded size the runtime is asked
+         * for, normal pages when there are none (npu_driver_mem.cc lines
+         * 1035-1056; HUGE_PAGE_MEM_CRITICAL_VALUE, npu_driver_base.hpp 249) */
+        if (r->rounded > MIB) {
             r->kinds[0] = ASCM_KIND_HUGE;
             r->kinds[1] = ASCM_KIND_NORMAL;
             r->nkinds = 2;

@@ -106,10 +106,17 @@ def test_rule_reset_invalidates_pointers_but_keeps_the_cache_until_a_restart():
 
 # ---- policies --------------------------------------------------------------------
 
-def test_policy_huge_first_small_requests_get_normal_pages():
+def test_policy_huge_first_threshold_compares_the_rounded_size():
+    # the runtime compares what it is asked for, ALIGN_UP(size, 32) + 32 for
+    # aclrtMalloc, with 1 MiB (hicann/runtime npu_driver_mem.cc 1035-1039)
     d = dev()
-    assert d.kind_of(d.malloc(MiB, P.HUGE_FIRST)) == MemKind.NORMAL
-    assert d.kind_of(d.malloc(MiB + 1, P.HUGE_FIRST)) == MemKind.HUGE
+    assert d.kind_of(d.malloc(MiB - 64, P.HUGE_FIRST)) == MemKind.NORMAL   # 1 MiB - 32: not above
+    assert d.kind_of(d.malloc(MiB - 32, P.HUGE_FIRST)) == MemKind.NORMAL   # exactly 1 MiB
+    assert d.kind_of(d.malloc(MiB - 31, P.HUGE_FIRST)) == MemKind.HUGE     # 1 MiB + 32
+    assert d.kind_of(d.malloc(MiB, P.HUGE_FIRST)) == MemKind.HUGE
+    # aclrtMallocAlign32 asks for ALIGN_UP(size, 32): 1 MiB is not above
+    assert d.kind_of(d.malloc_align32(MiB, P.HUGE_FIRST)) == MemKind.NORMAL
+    assert d.kind_of(d.malloc_align32(MiB + 1, P.HUGE_FIRST)) == MemKind.HUGE
 
 
 def test_policy_huge_first_falls_back_to_normal_with_a_warning():
@@ -163,18 +170,21 @@ def test_policy_bandwidth_flags_alone_mean_huge_first():
         assert d.kind_of(d.malloc(4096, flag)) == MemKind.NORMAL
 
 
-def test_policy_combinations_with_flags():
+def test_policy_with_a_flag_or_out_of_range_takes_the_default_route():
+    # aclMallocMemInner compares the policy whole: anything but the eight
+    # named values is RT_MEMORY_DEFAULT, huge pages first above 1 MiB with a
+    # fallback to normal pages (hicann/runtime memory.cpp 320-342)
     d = dev()
-    assert d.kind_of(d.malloc(4096, P.HUGE_ONLY | P.HIGH_BAND_WIDTH)) == MemKind.HUGE
-    assert d.kind_of(d.malloc(4 * MiB, P.NORMAL_ONLY | P.LOW_BAND_WIDTH)) == MemKind.NORMAL
-    assert d.kind_of(d.malloc(4096, P.HUGE_ONLY | P.ACCESS_USER_SPACE_READONLY)) == MemKind.HUGE
-
-
-def test_policy_out_of_range_uses_huge_pages_from_2mb():
-    d = dev()
-    assert d.kind_of(d.malloc(2 * MiB, 99)) == MemKind.HUGE
-    assert d.kind_of(d.malloc(2 * MiB - 1, 99)) == MemKind.NORMAL
-    assert d.kind_of(d.malloc(4096, 0x7777)) == MemKind.NORMAL
+    for policy in (P.HUGE_ONLY | P.HIGH_BAND_WIDTH, P.NORMAL_ONLY | P.LOW_BAND_WIDTH,
+                   P.HUGE_ONLY | P.ACCESS_USER_SPACE_READONLY, 99, 0x7777, 0xFFFFFFFF):
+        assert d.kind_of(d.malloc(4096, policy)) == MemKind.NORMAL, policy
+        assert d.kind_of(d.malloc(4 * MiB, policy)) == MemKind.HUGE, policy
+    # and falls back to normal pages when the huge ones run out
+    rc = dev(free_os_memory=400 * MiB, mode="RC")
+    reserve = rc.budget()["reserve"]
+    rc.malloc(reserve - 64, P.HUGE_ONLY)
+    with pytest.warns(ascmem.PrecautionWarning):
+        assert rc.kind_of(rc.malloc(4 * MiB, P.HUGE_ONLY | P.LOW_BAND_WIDTH)) == MemKind.NORMAL
 
 
 def test_policy_negative_is_an_invalid_argument():
@@ -237,13 +247,31 @@ def test_media_window_90_percent_warns_once():
 
 
 def test_host_memory_comes_from_its_own_pool():
-    d = dev()
+    d = dev()  # EP mode: the host's memory, not the device's
     h = d.malloc_host(1000)
-    assert d.kind_of(h) == MemKind.HOST and h % 64 == 0
+    assert d.kind_of(h) == MemKind.HOST and h % 64 == 0 and d.usable_size(h) == 1000
     assert d.budget()["huge_used"] == d.budget()["normal_used"] == 0
     with pytest.raises(ascmem.InvalidFreeError):
         d.free(h)  # host memory goes back with free_host
     d.free_host(h)
+
+
+def test_rc_mode_host_memory_is_device_memory():
+    # RC: host and device are one; aclrtMallocHost takes the device's normal
+    # pages, and a piece of a larger block needs ALIGN_UP(len, 32) + 32 at a
+    # 64-byte start (hicann/runtime docs/zh/api_ref/11-02_host_memory_management.md 71-77)
+    d = dev(mode="RC")
+    before = d.get_mem_info(MemAttr.DDR_MEM_NORMAL)[0]
+    h = d.malloc_host(1000)
+    assert d.kind_of(h) == MemKind.HOST and h % 64 == 0
+    assert d.usable_size(h) == 1056
+    used = d.budget()["normal_used"]  # the host pool's pages, charged as normal ones
+    assert used == d.stats()["host"]["pages_in_use"] * 4096 > 0
+    assert d.get_mem_info(MemAttr.DDR_MEM_NORMAL)[0] == before - used
+    d.free_host(h)
+    d.empty_cache()
+    assert d.budget()["normal_used"] == 0
+    d.check()
 
 
 # ---- media -> inference reuse -------------------------------------------------------

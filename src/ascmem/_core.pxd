@@ -106,6 +106,7 @@ cdef extern from "ascmem.h" nogil:
         void *map_ctx
         uint64_t release_threshold
         uint64_t granule_min
+        int host_is_device
     ctypedef struct ascm_device:
         pass
     enum:

@@ -78,7 +78,7 @@ cdef class Device(_DeviceReadout):
         if pool_sizes:
             parts.growth.set_pool_sizes(pool_sizes)
         cdef ascm_device_config cfg
-        _budget_config(&cfg, self.profile, lay)
+        _budget_config(&cfg, self.profile, lay, self.mode)
         if paged:
             _paged_config(&cfg, self, parts, as_u64(release_threshold, "release_threshold"))
         parts.growth.configure(&cfg)  # takes the first chunks

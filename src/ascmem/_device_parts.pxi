@@ -86,9 +86,10 @@ cdef object _opt_u64(object v, str what):
     return None if v is None else as_u64(v, what)
 
 
-cdef _budget_config(ascm_device_config *cfg, object prof, object lay):
+cdef _budget_config(ascm_device_config *cfg, object prof, object lay, str mode):
     """The C device's configuration from a profiles.Layout (chunks aside)."""
     memset(cfg, 0, sizeof(ascm_device_config))
+    cfg.host_is_device = mode == "RC"  # aclrtMallocHost is device memory in RC mode
     cfg.min_block = 4096
     cfg.p2p = prof.p2p
     cfg.budget.reserve = lay.reserve

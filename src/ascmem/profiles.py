@@ -238,6 +238,11 @@ def precautions(profile, mode):
         f"The media address space is limited ({profile.media_window // GiB} GB per process): "
         "allocate model weights, workspaces and other non-media buffers with aclrtMalloc / "
         "aclrtMallocHost so that media processing keeps its room.")
+    if mode == "RC":
+        out.append("RC mode: host and device are one, so aclrtMallocHost memory is device memory "
+                   "in normal pages, with no 64-byte start guarantee; each piece cut from it needs "
+                   "ALIGN_UP(len, 32) + 32 bytes at a 64-byte start (hicann/runtime "
+                   "docs/zh/api_ref/11-02_host_memory_management.md).")
     if not profile.p2p:
         out.append("P2P allocation policies are not supported on this product.")
     return out
