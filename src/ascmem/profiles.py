@@ -11,8 +11,14 @@ Sources (CANN documentation unless noted):
   [M]  aclrtMemMallocPolicy: P2P policies not supported on the Atlas 200/300/500
        Inference Product nor the Atlas 200I/500 A2; HUGE1G only on Atlas A2 and A3.
   [A]  aclrtMemAttr: HBM_MEM_HUGE1G supported on Atlas A2/A3 training and inference.
-  [W]  acldvppMalloc / hi_mpi_dvpp_malloc: the media address space is limited,
-       16 GB per process on current products.
+  [W]  acldvppMalloc (CANN 8.3-9.0 C API page aclcppdevg_03_0322, and the pyACL
+       dvpp_malloc page): the media address space a process can reach is at most
+       16 GB on the Atlas A3, the Atlas A2 and the Atlas inference series (310P).
+  [W4] No page gives a figure for the other products.  hicann/driver's DVPP heap
+       is 4 GB until the device reports its size, which is 4 GB or 16 GB
+       (src/ascend_hal/svm/v2/devmm/devmm_virt_interface.c line 949;
+       src/sdk_driver/svm/v2/master/comm/svm_master_dev_capability.c lines
+       156-157): ascmem assumes 4 GB for them.
   [H]  Product pages: Atlas 300I (model 3000) carries four Ascend 310 with 8 GB each;
        Atlas 200 DK 8 GB; Atlas 200I DK A2 4 GB; Atlas 300I Pro 24 GB; Atlas 300T
        (Ascend 910) 32 GB HBM; Atlas 800T A2: eight 910B with 64 GB HBM each.
@@ -43,7 +49,8 @@ import dataclasses
 from ascmem.errors import InvalidArgumentError
 from ascmem.rules import GiB, MiB
 
-MEDIA_WINDOW = 16 * GiB  # [W]
+MEDIA_WINDOW = 16 * GiB      # [W]
+MEDIA_WINDOW_4G = 4 * GiB    # [W4], an assumption
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +65,7 @@ class Profile:
     modes: tuple                 # "EP", "RC"
     aicpu_cache: tuple           # (min, max) bytes taken by the first job, or (0, 0) [P]
     first_job_package: int       # bytes of system package loaded by the first job [S]
-    media_window: int            # media (DVPP) address space per process [W]
+    media_window: int            # media (DVPP) address space per process [W] [W4]
     p2p: bool                    # P2P policies supported [M]
     huge1g: bool                 # 1 GiB huge pages [M][A]
     source: str
@@ -79,6 +86,14 @@ class Profile:
         return self.name in _VIRTUAL_MEMORY
 
     @property
+    def media_window_source(self):
+        """Where the media window figure comes from [W] [W4]."""
+        if self.media_window == MEDIA_WINDOW:
+            return "documented for this product (acldvppMalloc, CANN API reference)"
+        return ("an assumption: no page gives it for this product; the driver's DVPP heap is "
+                "4 GB until the device reports 4 or 16 GB (hicann/driver)")
+
+    @property
     def stream_pools(self):
         """aclrtMemPoolCreate and the other SOMA calls exist here [O]."""
         return self.name in ("atlas-a2-training", "atlas-a2-inference")
@@ -97,11 +112,11 @@ class Profile:
 _PROFILES = [
     Profile("atlas-inference", "Atlas 200/300/500 Inference Product (Ascend 310)",
             ("atlas-200", "atlas-300i", "atlas-500", "atlas-200dk"), "DDR",
-            8 * GiB, 7760 * MiB, 0.25, ("EP", "RC"), (0, 0), 0, MEDIA_WINDOW, False, False,
+            8 * GiB, 7760 * MiB, 0.25, ("EP", "RC"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
             "[P] reserve rule; [H] 8 GB per Ascend 310; free OS memory 7760 MB implied by the "
             "1940 MB = 25% reserve"),
     Profile("atlas-training", "Atlas Training Series Product (Ascend 910)", ("atlas-300t",),
-            "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (100 * MiB, 200 * MiB), 0, MEDIA_WINDOW,
+            "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (100 * MiB, 200 * MiB), 0, MEDIA_WINDOW_4G,
             True, False, "[P] AI CPU cache 100-200 MB; [H] 32 GB HBM"),
     Profile("atlas-inference-series", "Atlas Inference Series Product (Ascend 310P)",
             ("atlas-300i-pro",), "DDR", 24 * GiB, 24 * GiB, 0.0, ("EP",), (0, 0), 0,
@@ -113,7 +128,7 @@ _PROFILES = [
             ("atlas-800i-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
             MEDIA_WINDOW, True, True, "[H] 64 GB HBM; [S]; [M][A]"),
     Profile("atlas-200i-a2", "Atlas 200I/500 A2 Inference Product", ("atlas-500-a2",), "DDR",
-            4 * GiB, 4 * GiB, 0.0, ("RC", "EP"), (0, 0), 0, MEDIA_WINDOW, False, False,
+            4 * GiB, 4 * GiB, 0.0, ("RC", "EP"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
             "[H] Atlas 200I DK A2 4 GB; [M] no P2P, no HUGE1G"),
     Profile("atlas-a3", "Atlas A3 Training/Inference Series Product", ("atlas-a3-training",
             "atlas-a3-inference"), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
@@ -235,7 +250,8 @@ def precautions(profile, mode):
         "output buffer can be fed straight to model "
         "inference without a copy.")
     out.append(
-        f"The media address space is limited ({profile.media_window // GiB} GB per process): "
+        f"The media address space is limited ({profile.media_window // GiB} GB per process, "
+        f"{profile.media_window_source}): "
         "allocate model weights, workspaces and other non-media buffers with aclrtMalloc / "
         "aclrtMallocHost so that media processing keeps its room.")
     if mode == "RC":
