@@ -199,13 +199,13 @@ typedef npu_stat npu_stat_array[STAT_TYPES];
     int64_t num_alloc_retries, num_ooms;                                              \
     npu_stat oversize_allocations, oversize_segments;
 
-/* torch_npu built for PyTorch 2.1-2.4: 952 bytes */
+/* every released torch_npu branch that has the stats hook: 952 bytes */
 typedef struct npu_device_stats {
     NPU_STATS_COMMON
     int64_t max_split_size;
 } npu_device_stats;
 
-/* later builds add three counters before max_split_size: 976 bytes */
+/* torch_npu master adds three counters before max_split_size: 976 bytes */
 typedef struct npu_device_stats_ext {
     NPU_STATS_COMMON
     int64_t num_sync_all_streams, num_device_alloc, num_device_free;

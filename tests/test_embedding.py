@@ -362,3 +362,41 @@ def test_snapshot_hook_built_against_torch_npu_types(tmp_path):
     for p in live:
         d.free(p)
     pl.unconfigure(6)
+
+
+class _AllocatorOf:
+    """The setters a torch_npu release's NPUPluggableAllocator.allocator()
+    object has; records what each was given."""
+
+    def __init__(self, setters):
+        self.given = {}
+        for name in setters:
+            setattr(self, name, (lambda n: lambda address: self.given.__setitem__(n, address))(name))
+
+
+_ALL_BUT_STATS = [s for s in pl.HOOKS if s not in ("set_get_device_stats_fn",
+                                                   "set_reset_peak_status_fn")]
+
+
+@pytest.mark.parametrize("release,setters,missing", [
+    ("2.1", list(pl.HOOKS) + ["set_snapshot_fn"], []),
+    ("2.2.0 .. 2.4.0, 2.5.1 .. 7.0.0", _ALL_BUT_STATS,
+     ["set_reset_peak_status_fn", "set_get_device_stats_fn"]),
+])
+def test_set_hooks_sets_what_the_release_has_and_says_what_it_skipped(release, setters, missing):
+    alloc = _AllocatorOf(setters)
+    if missing:
+        with pytest.warns(RuntimeWarning, match="set_get_device_stats_fn"):
+            skipped = pl.set_hooks(alloc)
+    else:
+        skipped = pl.set_hooks(alloc)
+    assert sorted(skipped) == sorted(missing)
+    assert set(alloc.given) == set(setters) - {"set_snapshot_fn"}
+    assert all(isinstance(a, int) and a for a in alloc.given.values())
+
+
+def test_set_hooks_skips_the_snapshot_hook_where_there_is_no_setter():
+    alloc = _AllocatorOf(_ALL_BUT_STATS)
+    with pytest.warns(RuntimeWarning, match="set_snapshot_fn"):
+        skipped = pl.set_hooks(alloc, snapshot_shim="/nonexistent/never/loaded.so")
+    assert "set_snapshot_fn" in skipped

@@ -16,6 +16,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import warnings
 
 import ascmem
 from ascmem import _core
@@ -33,8 +34,8 @@ HOOKS = {
     "set_get_device_stats_fn": "ascmem_pluggable_get_device_stats",
 }
 # get_device_stats returns torch_npu's DeviceStats by value, whose size
-# depends on the release: 952 bytes (builds for PyTorch 2.1-2.4, the default
-# here) or 976 (later ones, which add num_sync_all_streams, num_device_alloc
+# depends on the build: 952 bytes (every released branch that has the hook,
+# the default here) or 976 (master only, which adds num_sync_all_streams, num_device_alloc
 # and num_device_free).  Pick with set_hooks(..., stats_layout=...): the
 # smaller one is safe on both (the three newer counters then read wrong),
 # the larger one on a 952-byte build would write past the caller's struct.
@@ -88,23 +89,41 @@ def functions():
     return out
 
 
+# Which torch_npu releases have which setter (their NPUPluggableAllocator):
+# set_get_device_stats_fn and set_reset_peak_status_fn are missing from
+# 2.2.0, 2.3.1, 2.4.0 and 2.5.1 up to 7.0.0; set_snapshot_fn exists on the
+# 2.1 line only.  set_hooks looks at the object it is given, not at version
+# numbers, so a release not listed here works the same way.
+
+
 def set_hooks(allocator, stats_layout="952", snapshot_shim=None):
-    """Hands every exported hook to a torch_npu NPUPluggableAllocator's
-    allocator() object (its set_*_fn methods take function addresses).
-    stats_layout: the size of DeviceStats in that torch_npu build (see
-    STATS_LAYOUTS); snapshot_shim: a library built by build_snapshot_shim(),
-    for the snapshot hook.  Hooks the allocator has no setter for (older
-    torch_npu) are skipped."""
+    """Hands every exported hook that a torch_npu NPUPluggableAllocator's
+    allocator() object has a setter for (its set_*_fn methods take function
+    addresses).  stats_layout: the size of DeviceStats in that torch_npu
+    build (see STATS_LAYOUTS); snapshot_shim: a library built by
+    build_snapshot_shim(), for the snapshot hook.  Setters the object lacks
+    (older or newer torch_npu) are skipped, never an AttributeError: the
+    names skipped are returned and said in one RuntimeWarning."""
     if stats_layout not in STATS_LAYOUTS:
         raise ValueError(f"stats_layout must be one of {sorted(STATS_LAYOUTS)}")
     lib = ctypes.CDLL(library_path())
     hooks = dict(HOOKS, set_get_device_stats_fn=STATS_LAYOUTS[stats_layout])
+    skipped = []
     for setter, name in hooks.items():
-        if setter == "set_get_device_stats_fn" and not hasattr(allocator, setter):
+        set_fn = getattr(allocator, setter, None)
+        if set_fn is None:
+            skipped.append(setter)
             continue
-        getattr(allocator, setter)(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-    if snapshot_shim is not None and hasattr(allocator, "set_snapshot_fn"):
-        allocator.set_snapshot_fn(load_snapshot_shim(snapshot_shim))
+        set_fn(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    if snapshot_shim is not None:
+        if hasattr(allocator, "set_snapshot_fn"):
+            allocator.set_snapshot_fn(load_snapshot_shim(snapshot_shim))
+        else:
+            skipped.append("set_snapshot_fn")
+    if skipped:
+        warnings.warn(f"this torch_npu allocator has no {', '.join(skipped)}: those hooks are not "
+                      f"set (torch's own answers stand for them)", RuntimeWarning, stacklevel=2)
+    return skipped
 
 
 def snapshot_shim_source():
