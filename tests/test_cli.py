@@ -121,7 +121,7 @@ def test_signatures_docstrings_and_warnings_point_at_the_caller():
                 assert getattr(cls, name).__doc__, f"{cls.__name__}.{name} has no docstring"
     for kw in inspect.signature(ascmem.Device).parameters:
         assert f"``{kw}``" in ascmem.Device.__doc__, f"Device docstring does not document {kw}"
-    d = ascmem.Device("atlas-inference", mode="RC")
+    d = ascmem.Device("atlas-200", mode="RC")
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         for _ in range(100):
@@ -217,7 +217,7 @@ def test_exit_codes_are_the_same_for_every_command(tmp_path):
     missing = str(tmp_path / "missing.csv")
     for cmd in ("replay", "fit", "snapshot"):
         assert run(cmd, missing).returncode == 2  # input error
-    assert run("info", "--model", "atlas-inference", "--mode", "RC").returncode == 0
+    assert run("info", "--model", "atlas-200", "--mode", "RC").returncode == 0
     assert run("replay", "--example", "many_small", "--model", "atlas-training",
                "--mode", "RC").returncode == 2  # a mode the product lacks: usage
 

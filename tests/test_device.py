@@ -18,8 +18,9 @@ def dev(model="atlas-inference", **kw):
 
 def test_profiles_known_names_and_aliases():
     assert "atlas-inference" in profiles.names() and "atlas-training" in profiles.names()
-    for alias in ("atlas-200", "atlas-300i", "atlas-500"):
+    for alias in ("atlas-300i", "atlas-500"):
         assert profiles.get(alias).name == "atlas-inference"
+    assert profiles.get("atlas-200dk").name == "atlas-200"
     assert profiles.get("atlas-300t").name == "atlas-training"
 
 
@@ -52,7 +53,7 @@ def test_rule_ep_mode_grows_huge_memory_past_the_reserve_and_shrinks_it():
 
 
 def test_rule_rc_mode_never_grows_past_the_reserve():
-    d = dev(free_os_memory=400 * MiB, mode="RC")
+    d = dev("atlas-200", free_os_memory=400 * MiB, mode="RC")
     reserve = d.budget()["reserve"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -120,7 +121,7 @@ def test_policy_huge_first_threshold_compares_the_rounded_size():
 
 
 def test_policy_huge_first_falls_back_to_normal_with_a_warning():
-    d = dev(free_os_memory=400 * MiB, mode="RC")
+    d = dev("atlas-200", free_os_memory=400 * MiB, mode="RC")
     reserve = d.budget()["reserve"]
     with pytest.warns(ascmem.PrecautionWarning):
         a = d.malloc(reserve + 4 * MiB, P.HUGE_FIRST)
@@ -129,7 +130,7 @@ def test_policy_huge_first_falls_back_to_normal_with_a_warning():
 
 
 def test_policy_huge_only_raises_when_huge_runs_out():
-    d = dev(free_os_memory=400 * MiB, mode="RC")
+    d = dev("atlas-200", free_os_memory=400 * MiB, mode="RC")
     with pytest.warns(ascmem.PrecautionWarning, match="reserve"):
         with pytest.raises(ascmem.OutOfMemoryError, match="HUGE"):
             d.malloc(300 * MiB, P.HUGE_ONLY)
@@ -180,7 +181,7 @@ def test_policy_with_a_flag_or_out_of_range_takes_the_default_route():
         assert d.kind_of(d.malloc(4096, policy)) == MemKind.NORMAL, policy
         assert d.kind_of(d.malloc(4 * MiB, policy)) == MemKind.HUGE, policy
     # and falls back to normal pages when the huge ones run out
-    rc = dev(free_os_memory=400 * MiB, mode="RC")
+    rc = dev("atlas-200", free_os_memory=400 * MiB, mode="RC")
     reserve = rc.budget()["reserve"]
     rc.malloc(reserve - 64, P.HUGE_ONLY)
     with pytest.warns(ascmem.PrecautionWarning):
@@ -278,7 +279,7 @@ def test_rc_mode_host_memory_is_device_memory():
     # RC: host and device are one; aclrtMallocHost takes the device's normal
     # pages, and a piece of a larger block needs ALIGN_UP(len, 32) + 32 at a
     # 64-byte start (hicann/runtime docs/zh/api_ref/11-02_host_memory_management.md 71-77)
-    d = dev(mode="RC")
+    d = dev("atlas-200", mode="RC")
     before = d.get_mem_info(MemAttr.DDR_MEM_NORMAL)[0]
     h = d.malloc_host(1000)
     assert d.kind_of(h) == MemKind.HOST and h % 64 == 0
@@ -394,9 +395,34 @@ def test_get_mem_info_rejects_unknown_attribute_with_the_runtimes_code():
 def test_precautions_per_product_and_mode():
     inf = " ".join(dev().precautions())
     assert "1940 MB" in inf and "EP mode" in inf and "Media" in inf
-    assert "RC mode" in " ".join(dev(mode="RC").precautions())
+    assert "RC mode" in " ".join(dev("atlas-200", mode="RC").precautions())
     assert "AI CPU" in " ".join(dev("atlas-training").precautions())
     assert "AI CPU" not in inf
+    for model in ("atlas-a2-training", "atlas-a2-910b4", "atlas-a3"):  # [G]
+        text = " ".join(dev(model).precautions())
+        assert "reserves huge-page memory in advance" in text and "aclrtGetMemInfo" in text
+        assert "300 MB" in text and "restart" in text
+    assert "in advance" not in " ".join(dev("atlas-inference-series").precautions())
+
+
+def test_products_from_the_platform_configs():
+    # hicann/runtime src/platform/platform_config/cann/*.ini, memory_size
+    assert profiles.get("atlas-inference-series").memory == 24_000_000_000
+    assert profiles.get("ascend-910b4").memory == 34_359_738_368
+    assert profiles.get("atlas-a2-training").memory == profiles.get("atlas-a3").memory == 64 * GiB
+    duo = profiles.get("atlas-300i-duo")
+    assert duo.memory == 48 * GiB and duo.media_window == 16 * GiB and duo.memory_type == "DDR"
+    d = dev("atlas-a2-910b4")
+    assert d.get_mem_info(MemAttr.HBM_MEM)[1] == 32 * GiB and d.profile.virtual_memory
+    # RC is the Atlas 200 module's and DK's, not the 300I's or 500's
+    assert profiles.get("atlas-200dk").modes == ("EP", "RC")
+    for alias in ("atlas-inference", "atlas-300i", "atlas-500"):
+        with pytest.raises(ascmem.UnsupportedError):
+            dev(alias, mode="RC")
+    # every source string names a source, or says assumption
+    for name in profiles.names():
+        src = profiles.get(name).source
+        assert "[" in src or "assumption" in src, name
 
 
 def test_mode_must_exist_on_the_product():

@@ -21,7 +21,8 @@ class DeviceMachine(RuleBasedStateMachine):
         self.model = None
 
     @precondition(lambda self: self.model is None)
-    @rule(model=st.sampled_from(["atlas-inference", "atlas-training", "atlas-a2-training"]),
+    @rule(model=st.sampled_from(["atlas-inference", "atlas-200", "atlas-training",
+                                 "atlas-a2-training"]),
           mode=st.sampled_from(["EP", "RC"]))
     def make(self, model, mode):
         if mode not in ascmem.profiles.get(model).modes:
@@ -81,7 +82,8 @@ class DeviceMachine(RuleBasedStateMachine):
                 assert not self.d.profile.huge1g and "1G" in attr.name
                 continue
             assert 0 <= free <= total
-        free, total = self.d.get_mem_info(MemAttr.HBM_MEM if self.model != "atlas-inference" else MemAttr.DDR_MEM)
+        free, total = self.d.get_mem_info(MemAttr.HBM_MEM if self.d.profile.memory_type == "HBM"
+                                          else MemAttr.DDR_MEM)
         assert total - free == b["huge_used"] + b["normal_used"] + b["fixed"]
         self.d.check()
 

@@ -52,7 +52,7 @@ def test_kind_table_is_what_the_device_does():
 
 
 def test_layout_follows_the_profile():
-    inf = profiles.get("atlas-inference")
+    inf = profiles.get("atlas-200")
     ep = profiles.layout(inf, "EP")
     rc = profiles.layout(inf, "RC")
     assert ep.reserve == rc.reserve == inf.huge_reserve() > 0

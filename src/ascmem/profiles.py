@@ -41,7 +41,19 @@ Sources (CANN documentation unless noted):
        aclrtAllocatorUnregister): every product here but the Atlas 200I/500 A2
        (hicann/runtime, docs/zh/api_ref/11-08_custom_memory_allocator.md, the
        product table under each call).
-Numbers per device are per chip (one Ascend device id).
+  [C]  hicann/runtime src/platform/platform_config/cann/*.ini, [SoCInfo]
+       memory_size: Ascend310P1/P3/P5/P7 24000000000 (line 21); Ascend910B1-B3
+       68719476736 and Ascend910B4 34359738368 (line 23); Ascend910_93xx (A3)
+       68719476736 (line 23).
+  [R]  RC mode is the Atlas 200 AI accelerator module's (and the 200 DK's)
+       PCIe root-complex mode; the 300I and 500 run EP (CANN installation
+       guide, "Atlas 200 (RC scenario)", instg_000006 / instg_0004).
+  [G]  hicann/runtime docs/zh/api_ref/11_memory_management.md line 12: on the
+       Atlas A2 and A3 the system reserves huge pages in advance (query them with
+       aclrtGetMemInfo); in EP mode the first job loads a system package of about
+       300 MB, released only when the device restarts.
+Numbers per device are per chip (one Ascend device id).  A figure no source
+above gives is marked "assumption" in its profile's source string.
 """
 
 import dataclasses
@@ -77,7 +89,7 @@ class Profile:
     @property
     def himpi(self):
         """hi_mpi_dvpp_malloc exists on this product [D]."""
-        return self.name not in ("atlas-inference", "atlas-training")
+        return self.name not in ("atlas-inference", "atlas-200", "atlas-training")
 
     @property
     def virtual_memory(self):
@@ -96,7 +108,7 @@ class Profile:
     @property
     def stream_pools(self):
         """aclrtMemPoolCreate and the other SOMA calls exist here [O]."""
-        return self.name in ("atlas-a2-training", "atlas-a2-inference")
+        return self.name in ("atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference")
 
     @property
     def external_allocator(self):
@@ -110,33 +122,47 @@ class Profile:
 
 
 _PROFILES = [
-    Profile("atlas-inference", "Atlas 200/300/500 Inference Product (Ascend 310)",
-            ("atlas-200", "atlas-300i", "atlas-500", "atlas-200dk"), "DDR",
-            8 * GiB, 7760 * MiB, 0.25, ("EP", "RC"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
+    Profile("atlas-inference", "Atlas 300I / 500 Inference Product (Ascend 310)",
+            ("atlas-300i", "atlas-500"), "DDR",
+            8 * GiB, 7760 * MiB, 0.25, ("EP",), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
             "[P] reserve rule; [H] 8 GB per Ascend 310; free OS memory 7760 MB implied by the "
-            "1940 MB = 25% reserve"),
+            "1940 MB = 25% reserve; [R] EP only; media window [W4] an assumption"),
+    Profile("atlas-200", "Atlas 200 AI Accelerator Module / Atlas 200 DK (Ascend 310)",
+            ("atlas-200dk",), "DDR",
+            8 * GiB, 7760 * MiB, 0.25, ("EP", "RC"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
+            "[P] reserve rule; [H] 8 GB; [R] EP and RC; media window [W4] an assumption"),
     Profile("atlas-training", "Atlas Training Series Product (Ascend 910)", ("atlas-300t",),
             "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (100 * MiB, 200 * MiB), 0, MEDIA_WINDOW_4G,
-            True, False, "[P] AI CPU cache 100-200 MB; [H] 32 GB HBM"),
+            True, False, "[P] AI CPU cache 100-200 MB; [H] 32 GB HBM; media window [W4] an "
+            "assumption"),
     Profile("atlas-inference-series", "Atlas Inference Series Product (Ascend 310P)",
-            ("atlas-300i-pro",), "DDR", 24 * GiB, 24 * GiB, 0.0, ("EP",), (0, 0), 0,
-            MEDIA_WINDOW, True, False, "[H] Atlas 300I Pro 24 GB; [M] P2P supported"),
+            ("atlas-300i-pro",), "DDR", 24_000_000_000, 24_000_000_000, 0.0, ("EP",), (0, 0), 0,
+            MEDIA_WINDOW, True, False, "[C] 24,000,000,000 bytes; [M] P2P supported; [W]"),
+    Profile("atlas-300i-duo", "Atlas 300I Duo (two Ascend 310P, one device id each)", (),
+            "DDR", 48 * GiB, 48 * GiB, 0.0, ("EP",), (0, 0), 0, MEDIA_WINDOW, True, False,
+            "[H] 96 GB per card, 48 GB per chip (binary GiB an assumption: the platform "
+            "config gives 310P chips 24,000,000,000 bytes); rules as the inference series"),
     Profile("atlas-a2-training", "Atlas A2 Training Series Product (Ascend 910B)",
             ("atlas-800t-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True, "[H] 64 GB HBM per 910B; [S] ~300 MB system package; [M][A]"),
+            MEDIA_WINDOW, True, True, "[C] 64 GiB HBM per 910B1-B3; [G] ~300 MB system package, "
+            "huge pages reserved in advance; [M][A]; [W]"),
+    Profile("atlas-a2-910b4", "Atlas A2 Series Product with the Ascend 910B4 (32 GB)",
+            ("ascend-910b4",), "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
+            MEDIA_WINDOW, True, True, "[C] 34,359,738,368 bytes; [G]; [M][A]; [W]"),
     Profile("atlas-a2-inference", "Atlas A2 Inference Product (Atlas 800I A2)",
             ("atlas-800i-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True, "[H] 64 GB HBM; [S]; [M][A]"),
+            MEDIA_WINDOW, True, True, "[C] 64 GiB HBM; [G]; [M][A]; [W]"),
     Profile("atlas-200i-a2", "Atlas 200I/500 A2 Inference Product", ("atlas-500-a2",), "DDR",
             4 * GiB, 4 * GiB, 0.0, ("RC", "EP"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
-            "[H] Atlas 200I DK A2 4 GB; [M] no P2P, no HUGE1G"),
+            "[H] Atlas 200I DK A2 4 GB; [M] no P2P, no HUGE1G; media window [W4] an assumption"),
     Profile("atlas-a3", "Atlas A3 Training/Inference Series Product", ("atlas-a3-training",
             "atlas-a3-inference"), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True,
-            "[M][A] P2P and HUGE1G; 64 GB per device id assumed as on A2 (not verified)"),
+            MEDIA_WINDOW, True, True, "[C] 64 GiB per device id (Ascend910_93xx); [G]; [M][A]; [W]"),
 ]
 
-_VIRTUAL_MEMORY = frozenset({"atlas-a2-training", "atlas-a2-inference", "atlas-a3"})  # [V]
+_VIRTUAL_MEMORY = frozenset({"atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference",
+                             "atlas-a3"})  # [V]
+_A2_A3 = _VIRTUAL_MEMORY  # the products [G] speaks of
 
 _BY_NAME = {}
 for _p in _PROFILES:
@@ -241,9 +267,13 @@ def precautions(profile, mode):
             f"AI CPU operator cache: the first inference or training job after the device starts "
             f"copies the AI CPU operators to the device and keeps them there, taking {lo // MiB}-"
             f"{hi // MiB} MB of device memory until the device is restarted.")  # the seed's figures
+    if profile.name in _A2_A3:
+        out.append("Huge pages: the system reserves huge-page memory in advance so that it does "
+                   "not run short; query what is free with aclrtGetMemInfo before relying on it.")
     if profile.first_job_package:
         out.append(f"The first job loads a system package of about "
-                   f"{profile.first_job_package // MiB} MB into device memory.")
+                   f"{profile.first_job_package // MiB} MB into device memory; only a device "
+                   f"restart releases it.")
     out.append(
         "Media memory: media data processing (DVPP) needs its own allocation calls "
         f"({'acldvppMalloc, hi_mpi_dvpp_malloc' if profile.himpi else 'acldvppMalloc'}); a media "
