@@ -45,6 +45,23 @@ cdef class _DeviceReadout:
             return None
         return (base, size)
 
+    def route(self, size, policy=0, call="malloc"):
+        """Where a request would go, without allocating: the size the runtime
+        is asked for (CANN's rounding), the start alignment, the tail left
+        after the block, and the kinds tried in order.  call: malloc,
+        malloc_align32, dvpp_malloc or malloc_host."""
+        cdef ascm_route r
+        modes = {"malloc": ASCM_SIZE_MALLOC, "malloc_align32": ASCM_SIZE_ALIGN32,
+                 "dvpp_malloc": ASCM_SIZE_DVPP, "malloc_host": ASCM_SIZE_HOST}
+        if call not in modes:
+            raise InvalidArgumentError(f"route: call must be one of {', '.join(modes)}")
+        cdef int st = ascm_device_route(self._d, as_u64(size, "size"), _policy(policy), modes[call],
+                                        &r)
+        if st != ASCM_OK:
+            _raise(st, f"route({size}, {policy!r}, {call!r}): {ascm_status_str(st).decode()}")
+        return {"rounded": r.rounded, "align": r.align, "pad": r.pad,
+                "kinds": [MemKind(r.kinds[i]) for i in range(r.nkinds)]}
+
     def precautions(self):
         """The CANN memory precautions of this product and mode, as sentences."""
         return _profiles.precautions(self.profile, self.mode)

@@ -202,8 +202,10 @@ def cmd_replay(args):
     if progress is not None and sys.stdout.isatty():
         sys.stderr.write("\r" + " " * 24 + "\r")
     if isinstance(target, ascmem.Device):
+        from ascmem import raw_cann
         report["device"] = target.budget()
         report["precaution_warnings"] = sorted({str(w.message) for w in caught})
+        report["cann_raw"] = raw_cann.peak(t, target)  # the same trace, each call to the runtime
     if args.plot:
         from ascmem import plot
         plot.replay_plot(t, report, args.plot, title=f"{t.name} on {where}")
@@ -241,6 +243,7 @@ def cmd_replay(args):
             ("device peak, huge pages", _mib(b["peak_huge"])),
             ("device peak, normal pages", _mib(b["peak_normal"])),
             ("huge-page reserve", _mib(b["reserve"]) if b["reserve"] else "none"),
+            ("raw CANN peak (whole pages per call)", _mib(report["cann_raw"]["peak"])),
         ]
     print(_table(rows, ("measure", "value")))
     if report["first_failure"]:

@@ -407,15 +407,12 @@ def make_allocator(name, capacity):
 
 
 def _device_call(device, e):
-    if e.kind == "dvpp":
+    from ascmem.raw_cann import request_of
+    call, policy = request_of(e)
+    if call == "dvpp_malloc":
         return device.dvpp_malloc, device.dvpp_free
-    if e.kind == "host":
+    if call == "malloc_host":
         return device.malloc_host, device.free_host
-    policy = e.policy
-    if e.kind == "huge" and not policy:
-        policy = 1  # HUGE_ONLY: the trace says the block sat in huge pages
-    elif e.kind == "normal" and not policy:
-        policy = 2
     return (lambda size: device.malloc(size, policy)), device.free
 
 

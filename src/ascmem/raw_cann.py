@@ -1,0 +1,70 @@
+"""What a trace would cost if every request went to the CANN runtime itself
+(raw aclrtMalloc, acldvppMalloc, aclrtMallocHost): the runtime hands each
+call whole pages of the memory it lands in -- 2 MiB huge pages (the driver's
+huge-page allocations, hicann/runtime src/runtime/driver/npu_driver_mem.cc
+DevMemAllocHugePageManaged; acldvppMalloc memory is huge-page memory too),
+1 GiB pages for the HUGE1G policies, 4 KiB normal pages -- so two small
+blocks never share a page.  ascmem packs blocks into pages; this is the
+figure it is compared with (the "cann-raw" peer).
+
+Each request is sized as the runtime sizes it and lands in the first kind
+its policy routes to (Device.route); a fallback to normal pages when huge
+ones run short is not modelled.
+"""
+
+from ascmem.rules import MemKind
+
+_PAGE = {MemKind.HUGE: 2 << 20, MemKind.DVPP: 2 << 20, MemKind.HUGE1G: 1 << 30,
+         MemKind.NORMAL: 4 << 10, MemKind.HOST: 4 << 10}
+
+
+def request_of(event):
+    """(call, policy) of a trace event, as Device calls take them: a trace
+    that says a block sat in huge (normal) pages and gives no policy asks
+    for HUGE_ONLY (NORMAL_ONLY)."""
+    if event.kind == "dvpp":
+        return "dvpp_malloc", 0
+    if event.kind == "host":
+        return "malloc_host", 0
+    policy = event.policy
+    if event.kind == "huge" and not policy:
+        policy = 1
+    elif event.kind == "normal" and not policy:
+        policy = 2
+    return "malloc", policy
+
+
+def pages_of(device, event):
+    """(kind, bytes in whole pages) raw CANN would hand out for an
+    allocation event."""
+    call, policy = request_of(event)
+    r = device.route(event.size, policy, call)
+    kind = r["kinds"][0]
+    page = _PAGE[kind]
+    return kind, (r["rounded"] + page - 1) // page * page
+
+
+def peak(trace, device):
+    """The peak of device memory raw CANN calls would hold for trace on
+    device's product: {"peak": bytes of device memory (host memory aside,
+    except in RC mode where it is the device's), "per_kind_peak": {kind
+    name: bytes}}."""
+    rc_host = device.mode == "RC"
+    live, held, kind_held, kind_peak, top = {}, 0, {}, {}, 0
+    for e in trace.events:
+        if e.op == "a":
+            kind, nbytes = pages_of(device, e)
+            live[e.id] = (kind, nbytes)
+        else:
+            entry = live.pop(e.id, None)
+            if entry is None:
+                continue
+            kind, nbytes = entry
+            nbytes = -nbytes
+        name = kind.name.lower()
+        kind_held[name] = kind_held.get(name, 0) + nbytes
+        kind_peak[name] = max(kind_peak.get(name, 0), kind_held[name])
+        if kind != MemKind.HOST or rc_host:
+            held += nbytes
+            top = max(top, held)
+    return {"peak": top, "per_kind_peak": kind_peak}
