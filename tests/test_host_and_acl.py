@@ -261,3 +261,51 @@ def test_acl_backend_maps_runtime_errors():
 def test_acl_backend_without_pyacl_says_so():
     with pytest.raises(ascmem.UnsupportedError, match="pyACL"):
         ascmem.Device("atlas-inference", backend="acl")
+
+
+def test_installed_job_calls_charge_the_first_jobs_runtime_memory():
+    """The first model or operator execution after the device starts takes
+    the AI CPU operator cache (training series, EP) or the system package
+    (A2/A3) -- the precautions page; install() makes pyACL's job calls do it."""
+    import types
+    for model, taken in (("atlas-training", None), ("atlas-a2-training", 300 * MiB)):
+        fake = fake_acl.make()
+        runs = []
+        fake.mdl = types.SimpleNamespace(execute=lambda *a: runs.append(a) or 0,
+                                         execute_async=lambda *a: runs.append(a) or 0)
+        fake.op = types.SimpleNamespace(execute_v2=lambda *a: runs.append(a) or 0)
+        dev = ascmem.Device(model)
+        aacl.use(dev)
+        aacl.install(fake)
+        try:
+            assert dev.budget()["fixed"] == 0
+            assert fake.mdl.execute(1, "in", "out") == 0
+            fixed = dev.budget()["fixed"]
+            if taken is None:
+                lo, hi = dev.profile.aicpu_cache
+                assert lo <= fixed <= hi
+            else:
+                assert fixed == taken
+            assert fake.op.execute_v2("add") == 0 and fake.mdl.execute_async(1, "in", "out", 7) == 0
+            assert dev.budget()["fixed"] == fixed  # only the first job takes it
+            assert len(runs) == 3
+        finally:
+            aacl.uninstall()
+            aacl.use(None)
+        assert not hasattr(fake.mdl.execute, "__wrapped__")
+
+
+def test_a_first_job_that_finds_no_room_fails_with_the_code():
+    import types
+    fake = fake_acl.make()
+    fake.mdl = types.SimpleNamespace(execute=lambda *a: 0)
+    dev = ascmem.Device("atlas-a2-training", memory=512 * MiB)
+    dev.malloc(400 * MiB)  # the 300 MB package no longer fits
+    aacl.use(dev)
+    aacl.install(fake)
+    try:
+        assert fake.mdl.execute(1, "in", "out") == 207001
+        assert dev.budget()["fixed"] == 0
+    finally:
+        aacl.uninstall()
+        aacl.use(None)

@@ -243,6 +243,11 @@ _PATCHED = {
     "himpi": ("dvpp_malloc", "dvpp_free"),
 }
 _FREES = {("rt", "free"), ("rt", "free_host"), ("media", "dvpp_free"), ("himpi", "dvpp_free")}
+# The calls that run a job: the first after the device starts takes the
+# runtime's own memory (AI CPU operator cache, or the system package on
+# A2/A3: Device.begin_job), so install() has them charge it first.
+_JOBS = {"mdl": ("execute", "execute_async", "execute_v2"),
+         "op": ("execute", "execute_v2", "execute_async")}
 _saved = []
 _installed = []  # the module install() patched
 
@@ -258,7 +263,8 @@ def install(module):
     mine = {"rt": rt, "media": media, "himpi": himpi}
     done = []
     try:
-        for ns_name, names in dict(_PATCHED, rt=_PATCHED["rt"] + tuple(acl_soma.OBSERVERS)).items():
+        for ns_name, names in dict(_PATCHED, rt=_PATCHED["rt"] + tuple(acl_soma.OBSERVERS),
+                                   **_JOBS).items():
             ns = getattr(module, ns_name, None)
             if ns is None:
                 continue
@@ -266,7 +272,9 @@ def install(module):
                 original = getattr(ns, name, None)
                 if original is None:
                     continue
-                if name in acl_soma.OBSERVERS:
+                if ns_name in _JOBS:
+                    ours = _first_job_then(original)
+                elif name in acl_soma.OBSERVERS:
                     ours = acl_soma.observed(name, original)
                 else:
                     ours = getattr(mine[ns_name], name)
@@ -283,6 +291,19 @@ def install(module):
         raise
     _saved.extend(done)
     _installed[:] = [module]
+
+
+def _first_job_then(original):
+    """original, after the device has taken what the first job takes; if
+    that memory is not free, the job fails with the code, as it would."""
+    def run(*args, **kw):
+        try:
+            device().begin_job()  # nothing after the first
+        except Exception as exc:
+            return acl_code(exc)
+        return original(*args, **kw)
+    run.__wrapped__ = original
+    return run
 
 
 def _free_or_forward(ours, original):
