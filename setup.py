@@ -50,7 +50,15 @@ ext = Extension(
     extra_link_args=link_args,
 )
 
+# The compiled fast path of the CSV trace reader (src/ascmem/trace_csv.py).
+tracecsv = Extension(
+    "ascmem._tracecsv",
+    sources=["src/ascmem/_tracecsv.pyx"],
+    extra_compile_args=[a for a in compile_args if a != "-flto"],
+    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
+)
+
 setup(
-    ext_modules=cythonize([ext], compiler_directives={"language_level": 3}),
+    ext_modules=cythonize([ext, tracecsv], compiler_directives={"language_level": 3}),
     cmdclass={"build_py": build_py_with_header},
 )

@@ -18,30 +18,29 @@ _PAGE = {MemKind.HUGE: 2 << 20, MemKind.DVPP: 2 << 20, MemKind.HUGE1G: 1 << 30,
          MemKind.NORMAL: 4 << 10, MemKind.HOST: 4 << 10}
 
 
-def request_of(event):
-    """(call, policy) of a trace event, as Device calls take them: a trace
-    that says a block sat in huge (normal) pages and gives no policy asks
-    for HUGE_ONLY (NORMAL_ONLY)."""
-    if event.kind == "dvpp":
+def request_of(kind, policy):
+    """(call, policy) of a trace event's kind and policy, as Device calls
+    take them: a trace that says a block sat in huge (normal) pages and
+    gives no policy asks for HUGE_ONLY (NORMAL_ONLY)."""
+    if kind == "dvpp":
         return "dvpp_malloc", 0
-    if event.kind == "host":
+    if kind == "host":
         return "malloc_host", 0
-    policy = event.policy
-    if event.kind == "huge" and not policy:
+    if kind == "huge" and not policy:
         policy = 1
-    elif event.kind == "normal" and not policy:
+    elif kind == "normal" and not policy:
         policy = 2
     return "malloc", policy
 
 
-def pages_of(device, event):
+def pages_of(device, size, kind, policy):
     """(kind, bytes in whole pages) raw CANN would hand out for an
-    allocation event."""
-    call, policy = request_of(event)
-    r = device.route(event.size, policy, call)
-    kind = r["kinds"][0]
-    page = _PAGE[kind]
-    return kind, (r["rounded"] + page - 1) // page * page
+    allocation of size bytes of this trace kind and policy."""
+    call, policy = request_of(kind, policy)
+    r = device.route(size, policy, call)
+    got = r["kinds"][0]
+    page = _PAGE[got]
+    return got, (r["rounded"] + page - 1) // page * page
 
 
 def peak(trace, device):
@@ -51,12 +50,12 @@ def peak(trace, device):
     name: bytes}}."""
     rc_host = device.mode == "RC"
     live, held, kind_held, kind_peak, top = {}, 0, {}, {}, 0
-    for e in trace.events:
-        if e.op == "a":
-            kind, nbytes = pages_of(device, e)
-            live[e.id] = (kind, nbytes)
+    for is_alloc, ident, size, kind_name, policy in trace.rows():
+        if is_alloc:
+            kind, nbytes = pages_of(device, size, kind_name, policy)
+            live[ident] = (kind, nbytes)
         else:
-            entry = live.pop(e.id, None)
+            entry = live.pop(ident, None)
             if entry is None:
                 continue
             kind, nbytes = entry

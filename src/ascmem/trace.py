@@ -9,111 +9,50 @@ Efficiency = peak live bytes / minimum capacity: the share of the smallest arena
 that is actually holding requested bytes at the worst moment (1.0 is the limit).
 """
 
-import csv
-import dataclasses
-from typing import Any
-import gzip
 import importlib.resources
 import io
 import os
 import time
 import zlib
+from typing import Any
 
 from ascmem import trace_import as _import
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
+from ascmem.trace_csv import save  # noqa: F401  (ascmem.trace.save)
+from ascmem.trace_data import KINDS, Event, Trace, TraceError  # noqa: F401  (the public names)
 
-KINDS = ("huge", "normal", "dvpp", "host")
 GRANULE = 64  # bytes: tlsfallocator works in these units, and Pool aligns to them
 
 
-class TraceError(InvalidArgumentError):
-    """A malformed trace; the message names the line."""
+# ---- reading ------------------------------------------------------------------------
 
-
-@dataclasses.dataclass
-class Event:
-    op: str        # "a" or "f"
-    id: int
-    size: int      # for frees: the size of the block freed
-    kind: str = ""
-    policy: int = 0
-    line: int = 0
-
-
-class Trace:
-    """A list of events with the facts replays need."""
-
-    def __init__(self, events, name="trace"):
-        self.events = list(events)
-        self.name = name
-        self.source = {"format": "csv"}  # importers add device, skipped_frees, reserved_peak
-        self.has_kinds = any(e.kind for e in self.events)
-        self.has_policies = any(e.policy for e in self.events)
-
-    def __len__(self):
-        return len(self.events)
-
-    @property
-    def allocations(self):
-        return sum(1 for e in self.events if e.op == "a")
-
-    def peak_index(self):
-        """The event at which live bytes first reach their peak (-1: none)."""
-        live = peak = 0
-        at = -1
-        for i, e in enumerate(self.events):
-            live += e.size if e.op == "a" else -e.size
-            if live > peak:
-                peak, at = live, i
-        return at
-
-    def peak_live(self):
-        live = peak = 0
-        for e in self.events:
-            live += e.size if e.op == "a" else -e.size
-            peak = max(peak, live)
-        return peak
-
-
-# ---- reading and writing ------------------------------------------------------------
-
-def _read(path_or_file):
-    """(the trace's bytes, gunzipped, or its text from a text-mode file; its name)."""
+def _open(path_or_file):
+    """(a binary stream, whether load must close it, its name); text-mode
+    files come back as their text."""
     if hasattr(path_or_file, "read"):
-        name = str(getattr(path_or_file, "name", "trace"))
-        try:
-            data = path_or_file.read()
-        except UnicodeDecodeError as exc:  # a file opened in text mode
-            raise TraceError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        except OSError as exc:
-            raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    else:
-        try:
-            name = os.fspath(path_or_file)
-        except TypeError:
-            raise TraceError(f"{path_or_file!r}: not a path or a file") from None
-        name = os.fsdecode(name) if isinstance(name, bytes) else name
-        try:
-            with open(name, "rb") as f:
-                data = f.read()
-        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-            raise TraceError(f"{name!r}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    if isinstance(data, bytes) and data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
-    return data, name
+        return path_or_file, False, str(getattr(path_or_file, "name", "trace"))
+    try:
+        name = os.fspath(path_or_file)
+    except TypeError:
+        raise TraceError(f"{path_or_file!r}: not a path or a file") from None
+    name = os.fsdecode(name) if isinstance(name, bytes) else name
+    try:
+        return open(name, "rb"), True, name
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise TraceError(f"{name!r}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _csv_text(data, name):
-    if isinstance(data, str):
-        return io.StringIO(data.lstrip("\ufeff"), newline="")
-    try:  # utf-8-sig: a byte-order mark (spreadsheet exports write one) is not part of the header
-        return io.StringIO(data.decode("utf-8-sig"), newline="")
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{name}: not a text CSV file (not UTF-8: {exc.reason} at byte "
-                         f"{exc.start})") from None
+def _chunks(stream, name, first=b""):
+    """The decompressed chunks, with read and gzip errors as TraceErrors."""
+    from ascmem.trace_csv import chunks_of
+    try:
+        yield from chunks_of(stream, first)
+    except UnicodeDecodeError as exc:  # a file opened in text mode
+        raise TraceError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except (EOFError, zlib.error) as exc:
+        raise TraceError(f"{name}: the gzip data is truncated or corrupt ({exc})") from None
+    except OSError as exc:  # BadGzipFile is one too
+        raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
 
 
 def _examples_dir():
@@ -142,20 +81,51 @@ def load(path_or_file, device=None):
     PyTorch memory snapshot (told apart by content; gzip allowed; see
     docs/TRACES.md).  device: which device's events of a PyTorch trace
     ("cpu", "cuda", "npu:1", a snapshot's index; default: the one with the
-    most).  Anything malformed raises TraceError naming the file and line."""
-    data, name = _read(path_or_file)
-    if isinstance(data, bytes) and _import.detect(data) != "csv":
-        return _load_torch(data, name, device)
-    text = _csv_text(data, name)
-    reader = csv.reader(text)
+    most).  Anything malformed raises TraceError naming the file and line.
+    A CSV trace streams through the compiled reader (trace_csv)."""
+    from ascmem import trace_csv
+    stream, close, name = _open(path_or_file)
     try:
-        return _parse(reader, name)
-    except csv.Error as exc:  # e.g. a stray carriage return inside a field
-        raise TraceError(f"{name}:{reader.line_num}: not valid CSV ({exc})") from None
+        try:
+            first = stream.read(0)
+        except OSError as exc:
+            raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        if isinstance(first, str):  # a text-mode file: the csv reader takes its text
+            try:
+                return _named(trace_csv.parse_text(stream.read(), name), name)
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{name}: not UTF-8 text ({exc.reason} at byte "
+                                 f"{exc.start})") from None
+        if not stream.seekable():  # a pipe: kept, so that the csv reader can read it again
+            stream = io.BytesIO(stream.read())
+        start = stream.tell()
+        chunks = _chunks(stream, name)
+        head = next(chunks, b"")
+        fmt = _import.detect(head)
+        if fmt != "csv":
+            return _load_torch(head + b"".join(chunks), name, fmt, device)
+        columns = trace_csv.read_columns(_prepend(head, chunks), name)
+        if columns is not None:
+            return _named(Trace(columns=columns), name)
+        # the csv reader decides: an error, or a form the fast path leaves
+        stream.seek(start)
+        return _named(trace_csv.parse_text(b"".join(_chunks(stream, name)), name), name)
+    finally:
+        if close:
+            stream.close()
 
 
-def _load_torch(data, name, device):
-    fmt = _import.detect(data)
+def _prepend(head, chunks):
+    yield head
+    yield from chunks
+
+
+def _named(trace, name):
+    trace.name = _base_name(name)
+    return trace
+
+
+def _load_torch(data, name, fmt, device):
     try:
         got = (_import.from_chrome if fmt == "chrome" else _import.from_snapshot)(data, name, device)
     except InvalidArgumentError as exc:
@@ -172,79 +142,6 @@ def _base_name(name):
     for ext in (".gz", ".csv", ".json", ".pickle", ".pkl"):
         base = base[: -len(ext)] if base.endswith(ext) else base
     return base
-
-
-def _parse(reader, name):
-    header = next(reader, None)
-    if not header or [h.strip() for h in header[:3]] != ["op", "id", "size"]:
-        raise TraceError(f"{name}:1: not a trace ascmem reads: the header must start with "
-                         f"op,id,size (got {header!r}); a PyTorch profiler Chrome trace (JSON) "
-                         f"and a PyTorch memory snapshot (pickle) are read too")
-    cols = [h.strip() for h in header]
-    kind_col = cols.index("kind") if "kind" in cols else None
-    policy_col = cols.index("policy") if "policy" in cols else None
-    events, open_ids, seen = [], {}, set()
-    for lineno, row in enumerate(reader, start=2):
-        if not row or not "".join(row).strip():
-            continue
-        where = f"{name}:{lineno}"
-        if len(row) < 3:
-            raise TraceError(f"{where}: expected op,id,size, got {','.join(row)!r}")
-        op = row[0].strip()
-        try:
-            ident = int(row[1])
-        except ValueError:
-            raise TraceError(f"{where}: id {row[1]!r} is not an integer") from None
-        if op == "a":
-            try:
-                size = int(row[2])
-            except ValueError:
-                raise TraceError(f"{where}: size {row[2]!r} is not an integer") from None
-            if size <= 0 or size >= 1 << 64:
-                raise TraceError(f"{where}: size must be positive and below 2**64 (got {size})")
-            if ident in seen:
-                raise TraceError(f"{where}: id {ident} was allocated before (duplicate id)")
-            kind = row[kind_col].strip().lower() if kind_col is not None and kind_col < len(row) else ""
-            if kind and kind not in KINDS:
-                raise TraceError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-            policy = 0
-            if policy_col is not None and policy_col < len(row) and row[policy_col].strip():
-                try:
-                    policy = int(row[policy_col], 0)
-                except ValueError:
-                    raise TraceError(f"{where}: policy {row[policy_col]!r} is not an integer") from None
-                if not 0 <= policy < 1 << 32:
-                    raise TraceError(f"{where}: policy {policy} is not an aclrtMemMallocPolicy "
-                                     f"value (0 to 2**32 - 1)")
-            seen.add(ident)
-            ev = Event("a", ident, size, kind, policy, lineno)
-            open_ids[ident] = ev
-            events.append(ev)
-        elif op == "f":
-            alloc = open_ids.pop(ident, None)
-            if alloc is None:
-                raise TraceError(f"{where}: free of id {ident}, which is not live "
-                                 f"(never allocated, or freed twice)")
-            events.append(Event("f", ident, alloc.size, alloc.kind, alloc.policy, lineno))
-        else:
-            raise TraceError(f"{where}: unknown op {op!r} (expected 'a' or 'f')")
-    return Trace(events, name=_base_name(name))
-
-
-def save(trace, path):
-    """Writes a trace; gzip when the name ends in .gz."""
-    opener = gzip.open if os.fspath(path).endswith(".gz") else open
-    with opener(path, "wt", newline="") as f:
-        w = csv.writer(f)
-        extra = (["kind"] if trace.has_kinds else []) + (["policy"] if trace.has_policies else [])
-        w.writerow(["op", "id", "size"] + extra)
-        for e in trace.events:
-            row = [e.op, e.id, e.size if e.op == "a" else ""]
-            if trace.has_kinds:
-                row.append(e.kind if e.op == "a" else "")
-            if trace.has_policies:
-                row.append(e.policy if e.op == "a" else "")
-            w.writerow(row)
 
 
 # ---- recording ------------------------------------------------------------------------
@@ -406,14 +303,17 @@ def make_allocator(name, capacity):
     raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
 
 
-def _device_call(device, e):
+def _device_alloc(device, kind, policy):
+    """The Device call that allocates an event of this kind and policy."""
     from ascmem.raw_cann import request_of
-    call, policy = request_of(e)
-    if call == "dvpp_malloc":
-        return device.dvpp_malloc, device.dvpp_free
-    if call == "malloc_host":
-        return device.malloc_host, device.free_host
-    return (lambda size: device.malloc(size, policy)), device.free
+    call, pol = request_of(kind, policy)
+    if call == "malloc":
+        return lambda size: device.malloc(size, pol)
+    return getattr(device, call)
+
+
+def _device_free(device, kind):
+    return {"dvpp": device.dvpp_free, "host": device.free_host}.get(kind, device.free)
 
 
 def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progress=None,
@@ -448,48 +348,48 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     peak_at = trace.peak_index() if snapshot and snapshot_at_peak else None
     captured = None
     t0 = time.perf_counter()
-    for i, e in enumerate(trace.events):
-        if e.op == "a":
+    for i, (is_alloc, ident, size, kind, policy) in enumerate(trace.rows()):
+        if is_alloc:
             try:
                 if is_device:
-                    alloc, _ = _device_call(allocator, e)
-                    ptr = alloc(e.size)
+                    alloc = _device_alloc(allocator, kind, policy)
+                    ptr = alloc(size)
                     got = allocator.usable_size(ptr)
                 else:
-                    ptr = allocator.alloc(e.size, GRANULE)
-                    got = usable(ptr) if usable else (e.size + GRANULE - 1) // GRANULE * GRANULE
+                    ptr = allocator.alloc(size, GRANULE)
+                    got = usable(ptr) if usable else (size + GRANULE - 1) // GRANULE * GRANULE
             except OutOfMemoryError as exc:
                 failures += 1
                 if first_failure is None:
-                    first_failure = {"event": i, "line": e.line, "id": e.id, "size": e.size,
-                                     "kind": e.kind, "error": str(exc)}
+                    first_failure = {"event": i, "line": trace.line_of(i), "id": ident,
+                                     "size": size, "kind": kind, "error": str(exc)}
                 if stop_at_failure:
                     break
                 continue
-            live[e.id] = (ptr, e)
-            sizes_used[e.id] = got
+            live[ident] = (ptr, kind, policy)
+            sizes_used[ident] = got
             if history is not None:
                 history.append(("alloc", ptr, got))
-            live_bytes += e.size
+            live_bytes += size
             used_bytes += got
-            kind_live[e.kind] = kind_live.get(e.kind, 0) + e.size
-            kind_peak[e.kind] = max(kind_peak.get(e.kind, 0), kind_live[e.kind])
+            kind_live[kind] = kind_live.get(kind, 0) + size
+            kind_peak[kind] = max(kind_peak.get(kind, 0), kind_live[kind])
             peak_live = max(peak_live, live_bytes)
             peak_used = max(peak_used, used_bytes)
         else:
-            entry = live.pop(e.id, None)
+            entry = live.pop(ident, None)
             if entry is None:  # its allocation failed
                 continue
             ptr = entry[0]
             if is_device:
-                _device_call(allocator, e)[1](ptr)
+                _device_free(allocator, kind)(ptr)
             else:
                 allocator.free(ptr)
             if history is not None:
-                history.append(("free", ptr, sizes_used[e.id]))
-            live_bytes -= e.size
-            used_bytes -= sizes_used.pop(e.id)
-            kind_live[e.kind] -= e.size
+                history.append(("free", ptr, sizes_used[ident]))
+            live_bytes -= size
+            used_bytes -= sizes_used.pop(ident)
+            kind_live[kind] -= size
         if i == peak_at:
             from ascmem.snapshot import to_torch
             captured = to_torch(allocator, history, limit=history_limit)
@@ -501,12 +401,12 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             else:
                 curve_used.append(used_bytes)
         if progress is not None and i % 4096 == 0:
-            progress(i, len(trace.events))
+            progress(i, len(trace))
     elapsed = time.perf_counter() - t0
     report = {
-        "trace": trace.name, "events": len(trace.events), "allocations": trace.allocations,
+        "trace": trace.name, "events": len(trace), "allocations": trace.allocations,
         "peak_live": peak_live, "peak_used": peak_used, "failures": failures,
-        "first_failure": first_failure, "ops_per_sec": len(trace.events) / elapsed if elapsed else 0.0,
+        "first_failure": first_failure, "ops_per_sec": len(trace) / elapsed if elapsed else 0.0,
         "seconds": elapsed,
     }
     if trace.has_kinds:
@@ -521,16 +421,16 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             captured = to_torch(allocator, history, limit=history_limit)
         save_torch(captured, snapshot)
         report["snapshot"] = str(snapshot)
-        report["snapshot_event"] = peak_at if peak_at is not None else len(trace.events) - 1
+        report["snapshot_event"] = peak_at if peak_at is not None else len(trace) - 1
     if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
         stats = allocator.stats()
         report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
                       map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
                       physical_efficiency=peak_live / stats["peak_mapped"] if stats["peak_mapped"] else 0.0)
     # give everything back so that a caller's allocator is left as it was
-    for ptr, e in live.values():
+    for ptr, kind, _ in live.values():
         if is_device:
-            _device_call(allocator, e)[1](ptr)
+            _device_free(allocator, kind)(ptr)
         else:
             allocator.free(ptr)
     return report
