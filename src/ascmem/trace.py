@@ -282,17 +282,22 @@ def tlsf_available():
     return True
 
 
-ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit")
+ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit", "torch-caching")
 
 
 def make_allocator(name, capacity):
-    """An allocator of capacity bytes by name: pool, buddy, tlsf, bestfit."""
+    """An allocator of capacity bytes by name: pool, buddy, tlsf, bestfit,
+    torch-caching (torch_npu's caching allocator, emulated, with the options
+    of PYTORCH_NPU_ALLOC_CONF in the environment)."""
     import ascmem
     base = 1 << 32  # any aligned base works; 0 is avoided so that 0 is never a block
     if name == "pool":
         return ascmem.Pool(capacity, base=base)
     if name == "buddy":
         return ascmem.BuddyAllocator(capacity, base=base)
+    if name == "torch-caching":
+        from ascmem.torch_caching import TorchCachingAllocator
+        return TorchCachingAllocator.from_conf(capacity, os.environ.get("PYTORCH_NPU_ALLOC_CONF"))
     if name == "bestfit":
         from ascmem.reference import BestFit
         return BestFit(capacity)
@@ -422,6 +427,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         save_torch(captured, snapshot)
         report["snapshot"] = str(snapshot)
         report["snapshot_event"] = peak_at if peak_at is not None else len(trace) - 1
+    if hasattr(allocator, "peak_reserved"):  # a caching allocator: what it took from the device
+        report["peak_reserved"] = allocator.peak_reserved
     if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
         stats = allocator.stats()
         report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
