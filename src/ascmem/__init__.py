@@ -14,6 +14,7 @@ from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
 from ascmem import profiles
 from ascmem.stats import Statistics, statistics
+from ascmem.planner import plan
 
 from ascmem._version import __version__
 
@@ -35,5 +36,5 @@ __all__ = [
     "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "MisalignedError",
     "OutOfMemoryError",
     "Policy", "Pool", "PrecautionWarning", "Statistics", "UnsupportedError", "get_include",
-    "profiles", "statistics",
+    "plan", "profiles", "statistics",
 ]

@@ -408,6 +408,9 @@ def build_parser():
                    "and 64KiB)")
     s.set_defaults(func=cmd_fit)
 
+    from ascmem import cli_plan
+    cli_plan.add_parser(sub, trace_args, _positive_int)
+
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")

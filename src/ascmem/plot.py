@@ -59,3 +59,31 @@ def replay_plot(trace, report, path, title=None):
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def plan_plot(plan, path):
+    """Writes a PNG: the device memory the workload holds over event time
+    under each allocator (one instance), from a plan made with curves."""
+    require()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 4.8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    mib = float(1 << 20)
+    drawn = 0
+    for fp in plan.footprints:
+        if fp.curve:
+            ax.plot(range(len(fp.curve)), [v / mib for v in fp.curve], linewidth=0.9,
+                    label=f"{fp.allocator} (peak {fp.peak / mib:,.1f} MiB)")
+            drawn += 1
+    if not drawn:
+        raise AscmemError("the plan recorded no curves to plot")
+    ax.set_xlabel("event")
+    ax.set_ylabel("device MiB held")
+    ax.set_title(f"{plan.trace}: device memory per allocator")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -43,20 +43,23 @@ def pages_of(device, size, kind, policy):
     return got, (r["rounded"] + page - 1) // page * page
 
 
-def peak(trace, device):
+def peak(trace, device, curve=False):
     """The peak of device memory raw CANN calls would hold for trace on
     device's product: {"peak": bytes of device memory (host memory aside,
     except in RC mode where it is the device's), "per_kind_peak": {kind
-    name: bytes}}."""
+    name: bytes}}; with curve, "curve": device bytes held after each event."""
     rc_host = device.mode == "RC"
     live, held, kind_held, kind_peak, top = {}, 0, {}, {}, 0
+    points = [] if curve else None
     for is_alloc, ident, size, kind_name, policy in trace.rows():
         if is_alloc:
             kind, nbytes = pages_of(device, size, kind_name, policy)
             live[ident] = (kind, nbytes)
         else:
             entry = live.pop(ident, None)
-            if entry is None:
+            if entry is None:  # never allocated (not in a loaded trace): nothing changes
+                if points is not None:
+                    points.append(held)
                 continue
             kind, nbytes = entry
             nbytes = -nbytes
@@ -66,4 +69,9 @@ def peak(trace, device):
         if kind != MemKind.HOST or rc_host:
             held += nbytes
             top = max(top, held)
-    return {"peak": top, "per_kind_peak": kind_peak}
+        if points is not None:
+            points.append(held)
+    out = {"peak": top, "per_kind_peak": kind_peak}
+    if points is not None:
+        out["curve"] = points
+    return out

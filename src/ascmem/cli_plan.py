@@ -1,0 +1,92 @@
+"""`ascmem plan`: the command over ascmem.planner -- a table by default,
+--json (schema ascmem.plan/1, docs/CLI_JSON.md), --plot of memory over time
+per allocator."""
+
+import argparse
+
+
+def add_parser(sub, trace_args, positive_int):
+    s = sub.add_parser("plan", help="will a workload fit on each product, with what headroom, "
+                       "per allocator (ascmem, torch-caching, cann-raw)")
+    trace_args(s)
+    size = _size(positive_int)
+    s.add_argument("--weights", type=size, default=0, help="model weights per instance (300MiB...)")
+    s.add_argument("--instances", type=_count, default=1,
+                   help="processes sharing a card, each running the workload (default: 1)")
+    s.add_argument("--headroom", type=size, default=0,
+                   help="memory to keep free per instance: HCCL, workspaces (default: 0)")
+    s.add_argument("--dvpp", type=size, default=0, help="media (DVPP) memory per instance, "
+                   "besides the trace's own")
+    s.add_argument("--model", action="append", help="only these products (repeat; default: all)")
+    s.add_argument("--json", action="store_true", help="one JSON document (docs/CLI_JSON.md)")
+    s.add_argument("--plot", metavar="PNG", help="memory over time per allocator (matplotlib)")
+    s.set_defaults(func=cmd_plan)
+
+
+def _size(positive_int):
+    def size(text):
+        return 0 if text.strip() in ("0", "0B") else positive_int(text)
+    return size
+
+
+def _count(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of processes >= 1, not {text!r}")
+    return n
+
+
+def cmd_plan(args):
+    import dataclasses
+    from ascmem import planner
+    from ascmem.cli import _json, _load, _mib, _table
+    if args.plot:
+        from ascmem import plot
+        plot.require()
+    t = _load(args)
+    p = planner.plan(t, weights=args.weights, instances=args.instances, headroom=args.headroom,
+                     dvpp=args.dvpp, models=args.model, curves=bool(args.plot))
+    if args.plot:
+        from ascmem import plot
+        plot.plan_plot(p, args.plot)
+    if args.json:
+        body = dataclasses.asdict(p)
+        for fp in body["footprints"]:
+            fp.pop("curve")
+        body["source"] = t.source
+        _json("plan", body)
+        return 0 if any(p.smallest.values()) else 1
+    print(f"ascmem plan: {t.name}: peak live {_mib(p.peak_live)}; {p.instances} instance(s), "
+          f"each with weights {_mib(p.weights)}, media {_mib(p.dvpp)}, headroom "
+          f"{_mib(p.headroom)}")
+    print("workload peak per instance: " + ", ".join(
+        f"{fp.allocator} {_mib(fp.peak)}" for fp in p.footprints)
+        + f" (media {_mib(p.footprints[0].media_peak)})")
+    names = [fp.allocator for fp in p.footprints]
+    rows, cells = [], {}
+    for f in p.fits:
+        cells[(f.model, f.mode, f.allocator)] = f
+    seen = []
+    for f in p.fits:
+        if (f.model, f.mode) not in seen:
+            seen.append((f.model, f.mode))
+    for model, mode in seen:
+        first = cells[(model, mode, names[0])]
+        rows.append([f"{model} {mode}", _mib(first.memory), _mib(first.first_job)] +
+                    [_cell(cells[(model, mode, n)], _mib) for n in names])
+    print(_table(rows, ["product, mode", "memory", "first job"] + names))
+    for name in names:
+        print(f"smallest card that fits with {name}: {p.smallest[name] or 'none'}")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0 if any(p.smallest.values()) else 1
+
+
+def _cell(f, mib):
+    if f.fits:
+        return f"fits, {mib(f.headroom)} free"
+    short = mib(-f.headroom) if f.headroom < 0 else "0 B"
+    return f"no: {f.limit}" + (f", {short} short" if f.limit == "device memory" else "")

@@ -1,0 +1,177 @@
+"""ascmem plan: will this workload fit on that product, with what headroom,
+under which allocator -- asked before deployment, or after an out-of-memory.
+
+The workload (a trace) is measured once per allocator:
+  - ascmem: replayed through a Device; its peak of device pages in use
+    (huge and normal together, at the same moment);
+  - torch-caching: torch_npu's caching allocator, emulated
+    (ascmem.torch_caching); its peak of reserved segments;
+  - cann-raw: every request a runtime call in whole pages (ascmem.raw_cann).
+Then, for every product and mode, the card must hold, per instance (a
+process sharing the card), that peak plus the weights and the media memory
+(in whole 2 MiB pages) plus the headroom asked for, and once per card what
+the runtime takes on the first job (AI CPU operator cache, system package:
+profiles [P] [S] [G]).  A media window too small for the media memory of one
+instance is the other limit that can be hit.
+
+The workload's peak is measured on one reference device (the Atlas A2
+training profile, EP), the same for every product: the page rules are the
+same on all of them, and the media window and reserve are checked here, not
+by the replay.
+"""
+
+import dataclasses
+import os
+
+from ascmem import profiles
+from ascmem.errors import InvalidArgumentError
+
+PAGE = 2 << 20
+ALLOCATORS = ("ascmem", "torch-caching", "cann-raw")
+REFERENCE = "atlas-a2-training"
+REFERENCE_MEMORY = 120 << 30  # room for any workload a card could take: the fit is decided below
+
+
+@dataclasses.dataclass
+class Footprint:
+    """What the workload itself needs under one allocator."""
+    allocator: str
+    peak: int                 # device bytes at the worst moment
+    media_peak: int           # of which media (DVPP) memory
+    curve: list = dataclasses.field(default_factory=list, repr=False)  # bytes after each event
+    complete: bool = True     # False: more than the reference device holds, so no card
+
+
+@dataclasses.dataclass
+class Fit:
+    """One product, mode and allocator."""
+    model: str
+    mode: str
+    allocator: str
+    memory: int               # the card's device memory (what applications get)
+    first_job: int            # taken by the runtime on the first job, once per card
+    need: int                 # instances x (workload + weights + media + headroom) + first_job
+    fits: bool
+    headroom: int             # memory - need (negative: short by that much)
+    limit: str                # the limit that binds: "device memory" or "media window"
+
+
+@dataclasses.dataclass
+class Plan:
+    trace: str
+    peak_live: int
+    weights: int
+    instances: int
+    headroom: int
+    dvpp: int
+    footprints: list
+    fits: list
+    smallest: dict            # allocator -> "model mode" of the smallest card that fits, or None
+
+
+def _pages(n):
+    return (n + PAGE - 1) // PAGE * PAGE
+
+
+def footprints(trace, allocators=ALLOCATORS, curves=False):
+    """The workload's peak under each allocator (Footprint list)."""
+    import ascmem
+    from ascmem import raw_cann
+    from ascmem import trace as tr
+    from ascmem.torch_caching import TorchCachingAllocator
+    media = _media_only(trace)  # its peak, in whole pages: the media window's share
+    media_peak = _pages(media.peak_live()) if len(media) else 0
+    out = []
+    for name in allocators:
+        if name == "ascmem":
+            dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
+            rep = tr.replay(trace, dev, curve=True)
+            curve = rep["curve_used"]
+            out.append(Footprint(name, max(curve, default=0), media_peak, curve if curves else [],
+                                 complete=not rep["failures"]))
+        elif name == "torch-caching":
+            conf = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
+            alloc = TorchCachingAllocator.from_conf(REFERENCE_MEMORY, conf)
+            if curves:
+                curve, failures = _reserved_curve(trace, alloc)
+            else:
+                curve, failures = [], tr.replay(trace, alloc)["failures"]
+            out.append(Footprint(name, alloc.peak_reserved, media_peak, curve,
+                                 complete=not failures))
+        elif name == "cann-raw":
+            dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
+            raw = raw_cann.peak(trace, dev, curve=curves)
+            out.append(Footprint(name, raw["peak"], media_peak, raw.get("curve", []),
+                                 complete=raw["peak"] <= REFERENCE_MEMORY))
+        else:
+            raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
+    return out
+
+
+def _media_only(trace):
+    from ascmem.trace_data import Columns, Trace
+    c = trace.columns
+    keep = c.kind == 3
+    return Trace(columns=Columns(c.alloc[keep], c.ids[keep], c.size[keep], c.kind[keep],
+                                 c.policy[keep]))
+
+
+def _reserved_curve(trace, alloc):
+    """(reserved bytes after each event, failed allocations)."""
+    from ascmem.errors import OutOfMemoryError
+    live, curve, failures = {}, [], 0
+    for is_alloc, ident, size, _, _ in trace.rows():
+        if is_alloc:
+            try:
+                live[ident] = alloc.alloc(size)
+            except OutOfMemoryError:
+                failures += 1
+        elif ident in live:
+            alloc.free(live.pop(ident))
+        curve.append(alloc.reserved)
+    return curve, failures
+
+
+def first_job(profile, mode):
+    """What the runtime takes on a card's first job: the AI CPU operator
+    cache (its upper bound; training series, EP) and the system package."""
+    cache = profile.aicpu_cache[1] if mode == "EP" else 0
+    return cache + profile.first_job_package
+
+
+def plan(trace, weights=0, instances=1, headroom=0, dvpp=0, models=None,
+         allocators=ALLOCATORS, curves=False):
+    """Whether trace fits on each product (models: names, default all) in
+    each of its modes, per allocator; see the module's docstring."""
+    for name, value in (("weights", weights), ("headroom", headroom), ("dvpp", dvpp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(f"{name} must be a number of bytes >= 0, not {value!r}")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise InvalidArgumentError(f"instances must be an int >= 1, not {instances!r}")
+    prints = footprints(trace, allocators, curves)
+    fits = []
+    for model in models or profiles.names():
+        prof = profiles.get(model)
+        for mode in prof.modes:
+            lay = profiles.layout(prof, mode)
+            memory = lay.reserve + lay.shared
+            taken = first_job(prof, mode)
+            for fp in prints:
+                per_instance = fp.peak + _pages(weights) + _pages(dvpp) + headroom
+                need = instances * per_instance + taken
+                media = fp.media_peak + _pages(dvpp)
+                limit = "device memory"
+                ok = need <= memory and fp.complete
+                if media > prof.media_window:
+                    ok, limit = False, "media window"
+                if not fp.complete:
+                    limit = f"workload over {REFERENCE_MEMORY >> 30} GiB"
+                fits.append(Fit(prof.name, mode, fp.allocator, memory, taken, need, ok,
+                                memory - need, limit))
+    smallest = {}
+    for fp in prints:
+        good = [f for f in fits if f.allocator == fp.allocator and f.fits]
+        best = min(good, key=lambda f: (f.memory, f.model, f.mode), default=None)
+        smallest[fp.allocator] = f"{best.model} {best.mode}" if best else None
+    return Plan(trace.name, trace.peak_live(), weights, instances, headroom, dvpp, prints, fits,
+                smallest)
