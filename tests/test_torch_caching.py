@@ -92,9 +92,9 @@ def test_parse_conf():
     assert parse_conf("max_split_size_mb:128, roundup_power2_divisions:4,"
                       "garbage_collection_threshold:0.6,expandable_segments:False") == {
         "max_split_size": 128 * MiB, "roundup_power2_divisions": 4,
-        "garbage_collection_threshold": 0.6}
+        "garbage_collection_threshold": 0.6, "expandable_segments": False}
     for bad in ("max_split_size_mb:1", "roundup_power2_divisions:3",
-                "garbage_collection_threshold:1.5", "expandable_segments:True", "colour:blue"):
+                "garbage_collection_threshold:1.5", "expandable_segments:maybe", "colour:blue"):
         with pytest.raises(InvalidArgumentError):
             parse_conf(bad)
 
@@ -105,3 +105,32 @@ def test_a_replay_and_fit_through_it(monkeypatch):
     assert r["failures"] == 0 and r["peak_reserved"] >= r["peak_used"] >= r["peak_live"]
     monkeypatch.setenv("PYTORCH_NPU_ALLOC_CONF", "max_split_size_mb:20")
     assert tr.make_allocator("torch-caching", 1 << 30).max_split_size == 20 * MiB
+
+
+def test_expandable_segments_map_pages_at_the_end_as_needed():
+    a = T(1 << 30, expandable_segments=True)
+    x = a.alloc(100)                   # small pool: one 2 MiB page
+    assert a.reserved == 2 * MiB and a.segments == 1
+    y = a.alloc(3 * MiB)               # large pool: one 20 MiB page
+    z = a.alloc(30 * MiB)              # the free end of the large segment grows by one page
+    assert a.reserved == 2 * MiB + 40 * MiB and z == y + a.usable_size(y)
+    a.free(y)
+    a.free(z)                          # one free block again: the whole mapped large segment
+    w = a.alloc(35 * MiB)
+    assert w == y and a.reserved == 42 * MiB  # reused, nothing new mapped
+    a.free(w)
+    a.free(x)
+    assert parse_conf("expandable_segments:True") == {"expandable_segments": True}
+
+
+def test_expandable_segments_unmap_the_free_end_when_out_of_memory():
+    a = T(60 * MiB, expandable_segments=True)
+    big = a.alloc(35 * MiB)            # two 20 MiB pages of the large pool
+    a.free(big)
+    a.alloc(100)                       # the small pool's page
+    small_big = a.alloc(MiB - 32)      # more small pages: 2 MiB each
+    assert a.reserved == 40 * MiB + 2 * MiB
+    a.free(small_big)
+    more = [a.alloc(MiB - 32) for _ in range(20)]  # 20 MiB more of small pages: past 60 MiB,
+    assert a.retries == 1                           # so the large pool's free pages went back
+    assert len(more) == 20 and a.reserved == 22 * MiB  # 20 MiB and the first block: 11 pages

@@ -25,8 +25,16 @@ It follows Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp
     set, then release oversize cached blocks (release_available_cached_blocks
     [C] 3061-3110), then release every cached segment and retry ([C]
     1233-1290) before failing.
-One stream, no events: a trace has neither.  expandable_segments (segments
-mapped page by page) is not emulated: asking for it is an error.
+  - expandable_segments: one segment per pool whose pages are mapped as
+    needed, 2 MiB pages for the small pool and 20 MiB for the large one ([C]
+    the ExpandableSegment note, 296-350, and 2461); a request that no free
+    block fits maps pages at the segment's end, joining a free block there
+    ("normally this will be at the end"); blocks split whenever 512 bytes
+    remain ([C] should_split); out of memory unmaps the free pages at the
+    end of each pool.  The real allocator can also unmap free pages inside a segment
+    on out-of-memory; this emulation does not, so under memory pressure it
+    may fail where torch_npu would not.
+One stream, no events: a trace has neither.
 """
 
 import bisect
@@ -68,8 +76,9 @@ def parse_conf(conf):
                     raise ValueError("between 0 and 1")
                 opts["garbage_collection_threshold"] = threshold
             elif key == "expandable_segments":
-                if value.lower() == "true":
-                    raise ValueError("expandable segments are not emulated")
+                if value.lower() not in ("true", "false"):
+                    raise ValueError("True or False")
+                opts["expandable_segments"] = value.lower() == "true"
             else:
                 raise ValueError("not an option this emulation knows")
         except ValueError as exc:
@@ -93,7 +102,8 @@ class TorchCachingAllocator:
     reserved and peak_reserved are what it holds from the device."""
 
     def __init__(self, capacity, max_split_size=_UNLIMITED, roundup_power2_divisions=0,
-                 garbage_collection_threshold=0.0, max_non_split_rounding_size=20 * MiB):
+                 garbage_collection_threshold=0.0, max_non_split_rounding_size=20 * MiB,
+                 expandable_segments=False):
         self.capacity = capacity
         self.max_split_size = max_split_size
         self.divisions = roundup_power2_divisions
@@ -106,6 +116,8 @@ class TorchCachingAllocator:
         self.segments = 0
         self.retries = 0
         self._clock = 0
+        self.expandable = expandable_segments
+        self._tail = {}                      # expandable: small pool? -> [base, mapped, last block]
 
     @classmethod
     def from_conf(cls, capacity, conf):
@@ -138,6 +150,16 @@ class TorchCachingAllocator:
         size = self.round_size(size)
         small = size <= SMALL_SIZE
         block = self._find(size, small)
+        if block is None and self.expandable:
+            block = self._grow(size, small)
+            if block is None:
+                self.retries += 1
+                for pool in (True, False):  # release_cached_blocks: every pool
+                    self._unmap_free_end(pool)
+                block = self._grow(size, small)
+            if block is None:
+                raise OutOfMemoryError(f"torch caching allocator: no room to map {size} more bytes "
+                                       f"({self.reserved} of {self.capacity} reserved)")
         if block is None:
             seg = self.allocation_size(size)
             if self.gc_threshold:
@@ -161,6 +183,8 @@ class TorchCachingAllocator:
             block.size = size
             self._blocks[rest.addr] = rest
             self._add_free(rest)
+            if self.expandable and self._tail.get(small, [0, 0, None])[2] is block:
+                self._tail[small][2] = rest
         block.allocated = True
         block.stamp = self._clock
         self.allocated += block.size
@@ -181,7 +205,7 @@ class TorchCachingAllocator:
 
     def _should_split(self, block, size):
         rest = block.size - size
-        if block.small:
+        if block.small or self.expandable:
             return rest >= MIN_BLOCK
         return size < self.max_split_size and rest > SMALL_SIZE
 
@@ -216,6 +240,9 @@ class TorchCachingAllocator:
                     block.next = other.next
                     if other.next:
                         other.next.prev = block
+                    tail = self._tail.get(block.small)
+                    if tail and tail[2] is other:
+                        tail[2] = block
                 block.size += other.size
         self._blocks.pop(addr, None)
         self._blocks[block.addr] = block
@@ -230,6 +257,63 @@ class TorchCachingAllocator:
     def _remove_free(self, block):
         free = self._free[block.small]
         del free[bisect.bisect_left(free, (block.size, block.addr))]
+
+    # ---- expandable segments ---------------------------------------------------------------
+
+    def _grow(self, size, small):
+        """Maps pages at the end of the pool's segment until a block there
+        (a free one at the end, grown) holds size; None if that is past the
+        capacity."""
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        tail = self._tail.setdefault(small, [next(self._next_segment) << 44, 0, None])
+        base, mapped, last = tail
+        free_end = last.size if last is not None and not last.allocated else 0
+        more = (size - free_end + page - 1) // page * page
+        if self.reserved + more > self.capacity:
+            return None
+        self.reserved += more
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        tail[1] = mapped + more
+        if free_end:
+            self._remove_free(last)
+            last.size += more
+            return last
+        block = _Block(base + mapped, more, base, small)
+        block.prev = last
+        if last is not None:
+            last.next = block
+        self._blocks[block.addr] = block
+        tail[2] = block
+        if last is None:
+            self.segments += 1
+        return block
+
+    def _unmap_free_end(self, small):
+        """Out of memory: the whole pages of a free block at the segment's
+        end go back."""
+        tail = self._tail.get(small)
+        if not tail or tail[2] is None or tail[2].allocated:
+            return
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        base, mapped, last = tail
+        end = base + mapped
+        keep = (last.addr - base + page - 1) // page * page + base  # the first whole page in it
+        drop = end - max(keep, last.addr)
+        if drop <= 0:
+            return
+        self._remove_free(last)
+        last.size -= drop
+        tail[1] -= drop
+        self.reserved -= drop
+        if last.size:
+            self._add_free(last)
+        else:
+            del self._blocks[last.addr]
+            tail[2] = last.prev
+            if last.prev is not None:
+                last.prev.next = None
+            else:
+                self.segments -= 1
 
     # ---- giving segments back ------------------------------------------------------------
 
