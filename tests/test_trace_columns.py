@@ -25,6 +25,7 @@ def both(text):
 def same(a, b):
     assert list(a.events) == list(b.events)
     assert a.has_kinds == b.has_kinds and a.has_policies == b.has_policies
+    assert a.has_streams == b.has_streams
     assert a.peak_live() == b.peak_live() and a.peak_index() == b.peak_index()
 
 
@@ -33,7 +34,9 @@ def trace_texts(draw):
     n = draw(st.integers(0, 40))
     kinds = draw(st.booleans())
     policies = draw(st.booleans())
-    lines = ["op,id,size" + (",kind" if kinds else "") + (",policy" if policies else "")]
+    streams = draw(st.booleans())
+    lines = ["op,id,size" + (",kind" if kinds else "") + (",policy" if policies else "")
+             + (",stream" if streams else "")]
     live, next_id = [], draw(st.integers(0, 2**62))
     for _ in range(n):
         if live and draw(st.booleans()):
@@ -48,6 +51,9 @@ def trace_texts(draw):
                        if row[0] == "a" else "")
         if policies:
             row.append(draw(st.sampled_from(["", "0", "1", "0x100", " 7 ", "4294967295"]))
+                       if row[0] == "a" else "")
+        if streams:
+            row.append(draw(st.sampled_from(["", "0", "3", " 12 ", "9223372036854775807"]))
                        if row[0] == "a" else "")
         pad = draw(st.sampled_from(["", " "]))
         lines.append(",".join(pad + f + pad if f else f for f in row))

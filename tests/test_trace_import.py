@@ -1,7 +1,9 @@
 """PyTorch traces as ascmem traces: profiler Chrome traces (recorded with real
 torch when it is installed) and memory snapshots (built from torch's
 documented format, checked to render in torch.cuda._memory_viz)."""
+import dataclasses
 import gzip
+import io
 import json
 import pickle
 
@@ -149,3 +151,31 @@ def test_cli_replays_a_chrome_trace(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ascmem", "replay", str(path), "--allocator", "pool"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "3.0 MiB" in r.stdout, r.stderr
+
+
+def test_snapshot_events_keep_their_streams_through_csv_and_replay(tmp_path):
+    snap = snapshot()
+    s1 = 0x5A5A00  # a second stream's handle, as torch writes it (an int)
+    snap["device_traces"][0] += [
+        {"action": "alloc", "addr": 0x7F0000100000, "size": 4096, "stream": s1, "time_us": 6,
+         "frames": []},
+        {"action": "free_completed", "addr": 0x7F0000100000, "size": 4096, "stream": s1,
+         "time_us": 7, "frames": []}]
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    t = trace.load(path)
+    assert [e.stream for e in t.events] == [0, 0, 0, s1, s1] and t.has_streams
+    assert t.stream_peaks() == {0: 1536, s1: 4096}
+    report = trace.replay(t, ascmem.Pool(64 * MiB, base=1 << 32))
+    assert report["per_stream_peak_live"] == {"0": 1536, str(s1): 4096}
+    out = tmp_path / "t.csv.gz"
+    trace.save(t, out)
+    again = trace.load(out)  # the stream column, read by the compiled reader
+    assert list(again.events) == [dataclasses.replace(e, line=i + 2)
+                                  for i, e in enumerate(t.events)]
+    from ascmem import trace_csv
+
+    slow = trace_csv.parse_text(gzip.decompress(out.read_bytes()), "t")
+    assert [e.stream for e in slow.events] == [e.stream for e in again.events]
+    with pytest.raises(trace.TraceError, match="stream 'x' is not an integer"):
+        trace.load(io.BytesIO(b"op,id,size,stream\na,1,5,x\n"))

@@ -84,9 +84,9 @@ cdef struct _At:
 
 
 cdef int _lines(const unsigned char[::1] buf, int id_col, int size_col, int kind_col,
-                int policy_col, uint8_t[::1] op, int64_t[::1] ids, uint64_t[::1] size,
-                uint8_t[::1] kind, uint32_t[::1] policy, uint32_t[::1] line,
-                _At *at) noexcept nogil:
+                int policy_col, int stream_col, uint8_t[::1] op, int64_t[::1] ids,
+                uint64_t[::1] size, uint8_t[::1] kind, uint32_t[::1] policy, uint32_t[::1] line,
+                int64_t[::1] stream, _At *at) noexcept nogil:
     """parse()'s loop; at holds where it is, and where it stopped."""
     cdef Py_ssize_t length = buf.shape[0], cap = op.shape[0], end, s, e, f
     cdef Py_ssize_t starts[32]
@@ -170,11 +170,22 @@ cdef int _lines(const unsigned char[::1] buf, int id_col, int size_col, int kind
                     if p >= _U32_LIMIT:
                         return _OTHER
             policy[at.n] = <uint32_t>p
+            if stream_col >= 0:  # without the column, stream is not written (a 1-row dummy)
+                v = 0
+                if stream_col < nf:
+                    s, e = starts[stream_col], ends[stream_col]
+                    while s < e and _space(buf[s]):
+                        s += 1
+                    if s < e and (not _uint(buf, s, e, 10, &v) or v >= _I64_LIMIT):
+                        return _OTHER
+                stream[at.n] = <int64_t>v
         else:
             op[at.n] = 0
             size[at.n] = 0
             kind[at.n] = 0
             policy[at.n] = 0
+            if stream_col >= 0:
+                stream[at.n] = 0
         at.n += 1
         at.pos = end + 1
         at.line += 1
@@ -182,19 +193,20 @@ cdef int _lines(const unsigned char[::1] buf, int id_col, int size_col, int kind
 
 
 def parse(const unsigned char[::1] buf, Py_ssize_t first_line, int id_col, int size_col,
-          int kind_col, int policy_col, uint8_t[::1] op, int64_t[::1] ids, uint64_t[::1] size,
-          uint8_t[::1] kind, uint32_t[::1] policy, uint32_t[::1] line, Py_ssize_t n):
+          int kind_col, int policy_col, int stream_col, uint8_t[::1] op, int64_t[::1] ids,
+          uint64_t[::1] size, uint8_t[::1] kind, uint32_t[::1] policy, uint32_t[::1] line,
+          int64_t[::1] stream, Py_ssize_t n):
     """Reads the complete lines of buf (up to its last newline) into the
     columns from row n on.  first_line: the file line number of buf's first
     byte.  Returns (status, rows now filled, bytes consumed, the line number
-    reached).  Frees get size 0, kind 0, policy 0 (the caller copies them
-    from their allocation)."""
+    reached).  Frees get size 0, kind 0, policy 0, stream 0 (the caller
+    copies them from their allocation)."""
     cdef _At at
     at.n, at.pos, at.line = n, 0, first_line
     cdef int status
     with nogil:
-        status = _lines(buf, id_col, size_col, kind_col, policy_col, op, ids, size, kind, policy,
-                        line, &at)
+        status = _lines(buf, id_col, size_col, kind_col, policy_col, stream_col, op, ids, size,
+                        kind, policy, line, stream, &at)
     return status, at.n, at.pos, at.line
 
 
@@ -214,13 +226,14 @@ cdef inline uint64_t _hash(int64_t key) noexcept nogil:
 
 
 cdef int _pair_rows(uint8_t[::1] op, int64_t[::1] ids, uint64_t[::1] size, uint8_t[::1] kind,
-                    uint32_t[::1] policy, Py_ssize_t *bad) noexcept nogil:
+                    uint32_t[::1] policy, int64_t[::1] stream, Py_ssize_t *bad) noexcept nogil:
     """One pass in event order with a table of the live allocations (so its
     size follows the live set, not the trace).  0: every free found its
     allocation and took its size, kind and policy; 1: row *bad is a free of
     an id that is not live, or an allocation of an id that is live; -1: no
     memory for the table."""
     cdef Py_ssize_t n = op.shape[0], i, cap = 1024, used = 0, live = 0, j, k
+    cdef bint streams = stream.shape[0] == n  # else a dummy: the trace has no streams
     cdef uint64_t mask, h
     cdef _Slot *t = <_Slot *>calloc(cap, sizeof(_Slot))
     cdef _Slot *old
@@ -276,19 +289,21 @@ cdef int _pair_rows(uint8_t[::1] op, int64_t[::1] ids, uint64_t[::1] size, uint8
             size[i] = size[row]
             kind[i] = kind[row]
             policy[i] = policy[row]
+            if streams:
+                stream[i] = stream[row]
     c_free(t)
     return 0
 
 
 def pair(uint8_t[::1] op, int64_t[::1] ids, uint64_t[::1] size, uint8_t[::1] kind,
-         uint32_t[::1] policy):
-    """Gives each free its allocation's size, kind and policy, in place.
+         uint32_t[::1] policy, int64_t[::1] stream):
+    """Gives each free its allocation's size, kind, policy and stream, in place.
     Returns -1 when every free found its allocation earlier in the trace,
     else the row of the first event that breaks the pairing."""
     cdef Py_ssize_t bad = -1
     cdef int st
     with nogil:
-        st = _pair_rows(op, ids, size, kind, policy, &bad)
+        st = _pair_rows(op, ids, size, kind, policy, stream, &bad)
     if st < 0:
         raise MemoryError("no memory for the trace reader's table of live allocations")
     return bad if st else -1

@@ -224,6 +224,8 @@ def cmd_replay(args):
     rows = []
     for kind, peak in sorted(report.get("per_kind_peak_live", {}).items()):
         rows.append((f"peak live, {kind or 'all'}", _mib(peak)))
+    for stream, peak in sorted(report.get("per_stream_peak_live", {}).items()):
+        rows.append((f"peak live, stream {stream}", _mib(peak)))
     rows += [
         ("peak live, all kinds", _mib(report["peak_live"])),
         ("peak held (CANN-rounded)" if "device" in report else "peak held (after rounding)",

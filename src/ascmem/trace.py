@@ -130,7 +130,8 @@ def _load_torch(data, name, fmt, device):
         got = (_import.from_chrome if fmt == "chrome" else _import.from_snapshot)(data, name, device)
     except InvalidArgumentError as exc:
         raise TraceError(str(exc)) from None
-    events = [Event(op, i, size, line=n + 1) for n, (op, i, size) in enumerate(got.events)]
+    events = [Event(op, i, size, line=n + 1, stream=stream)
+              for n, (op, i, size, stream) in enumerate(got.events)]
     trace = Trace(events, name=_base_name(name))
     trace.source = {"format": fmt, "device": got.device, "skipped_frees": got.skipped_frees,
                     "reserved_peak": got.reserved_peak}
@@ -416,6 +417,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     }
     if trace.has_kinds:
         report["per_kind_peak_live"] = {k: v for k, v in kind_peak.items()}
+    if trace.has_streams:  # what each stream holds at its own peak (PyTorch snapshots)
+        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
     if curve:
         report["curve_live"] = curve_live
         report["curve_used"] = curve_used

@@ -50,7 +50,8 @@ def read_columns(chunks, name):
         return None
     kind_col = cols.index("kind") if "kind" in cols else -1
     policy_col = cols.index("policy") if "policy" in cols else -1
-    blocks, out = [], _empty(BLOCK)  # rows fill blocks of BLOCK; joined column by column
+    stream_col = cols.index("stream") if "stream" in cols else -1
+    blocks, out = [], _empty(BLOCK, stream_col >= 0)  # rows fill blocks of BLOCK; joined column by column
     n, line = 0, 2
 
     def feed(data):
@@ -64,11 +65,11 @@ def read_columns(chunks, name):
         pos = 0
         while True:
             status, n, used, line = _tracecsv.parse(view[pos:], line, 1, 2, kind_col, policy_col,
-                                                    *out, n)
+                                                    stream_col, *out, n)
             pos += used
             if status == _tracecsv.FULL:
                 blocks.append(out)
-                out, n = _empty(BLOCK), 0
+                out, n = _empty(BLOCK, stream_col >= 0), 0
                 continue
             return None if status == _tracecsv.OTHER else data[pos:]
 
@@ -82,23 +83,25 @@ def read_columns(chunks, name):
     if buf.strip(b" \t\r,"):  # a last line with no newline
         if feed(buf + b"\n") is None:
             return None
-    blocks.append([a[:n] for a in out])
+    blocks.append([a[:n] for a in out])  # (a stream dummy is never joined)
     del out
     total = sum(len(b[0]) for b in blocks)
     skipped = line - 2 != total  # blank lines: keep each event's line number
-    columns = []
-    for i in range(6 if skipped else 5):  # a column at a time, each block let go once copied
-        columns.append(np.concatenate([b[i] for b in blocks]))
+    wanted = [0, 1, 2, 3, 4] + ([6] if stream_col >= 0 else []) + ([5] if skipped else [])
+    columns = {}
+    for i in wanted:  # a column at a time, each block let go once copied
+        columns[i] = np.concatenate([b[i] for b in blocks])
         for b in blocks:
             b[i] = None
         _give_back()
     del blocks
-    op, ids, size, kind, policy = columns[:5]
-    lines = columns[5].astype(np.int64) if skipped else None
-    del columns
-    if not _pair(op, ids, size, kind, policy):
+    op, ids, size, kind, policy = (columns.pop(i) for i in (0, 1, 2, 3, 4))
+    stream = columns.pop(6) if stream_col >= 0 else np.zeros(1, np.int64)
+    lines = columns.pop(5).astype(np.int64) if skipped else None
+    if not _pair(op, ids, size, kind, policy, stream):
         return None
-    return Columns(op, ids, size, kind, policy, lines)
+    return Columns(op, ids, size, kind, policy, lines, stream if stream_col >= 0 and
+                   bool(stream.any()) else None)
 
 
 def _give_back():
@@ -119,18 +122,19 @@ def _give_back():
 _trim = None
 
 
-def _empty(cap):
+def _empty(cap, streams):
     return [np.empty(cap, np.uint8), np.empty(cap, np.int64), np.empty(cap, np.uint64),
-            np.empty(cap, np.uint8), np.empty(cap, np.uint32), np.empty(cap, np.uint32)]
+            np.empty(cap, np.uint8), np.empty(cap, np.uint32), np.empty(cap, np.uint32),
+            np.empty(cap if streams else 1, np.int64)]
 
 
-def _pair(op, ids, size, kind, policy):
+def _pair(op, ids, size, kind, policy, stream):
     """Each free finds its allocation earlier in the trace, no id is
     allocated twice (even after its free) or freed twice; frees take their
     allocation's size, kind and policy.  False if any of that fails (the
     csv reader says where)."""
     from ascmem import _tracecsv
-    if _tracecsv.pair(op, ids, size, kind, policy) != -1:
+    if _tracecsv.pair(op, ids, size, kind, policy, stream) != -1:
         return False
     alloc_ids = ids[op.view(bool)]  # an id reused after its free: one sort finds it
     alloc_ids.sort()
@@ -171,6 +175,7 @@ def _parse(reader, name):
     cols = [h.strip() for h in header]
     kind_col = cols.index("kind") if "kind" in cols else None
     policy_col = cols.index("policy") if "policy" in cols else None
+    stream_col = cols.index("stream") if "stream" in cols else None
     events, open_ids, seen = [], {}, set()
     for lineno, row in enumerate(reader, start=2):
         if not row or not "".join(row).strip():
@@ -204,8 +209,16 @@ def _parse(reader, name):
                 if not 0 <= policy < 1 << 32:
                     raise TraceError(f"{where}: policy {policy} is not an aclrtMemMallocPolicy "
                                      f"value (0 to 2**32 - 1)")
+            stream = 0
+            if stream_col is not None and stream_col < len(row) and row[stream_col].strip():
+                try:
+                    stream = int(row[stream_col])
+                except ValueError:
+                    raise TraceError(f"{where}: stream {row[stream_col]!r} is not an integer") from None
+                if not 0 <= stream < 1 << 63:
+                    raise TraceError(f"{where}: stream {stream} is out of range (0 to 2**63 - 1)")
             seen.add(ident)
-            ev = Event("a", ident, size, kind, policy, lineno)
+            ev = Event("a", ident, size, kind, policy, lineno, stream)
             open_ids[ident] = ev
             events.append(ev)
         elif op == "f":
@@ -213,7 +226,8 @@ def _parse(reader, name):
             if alloc is None:
                 raise TraceError(f"{where}: free of id {ident}, which is not live "
                                  f"(never allocated, or freed twice)")
-            events.append(Event("f", ident, alloc.size, alloc.kind, alloc.policy, lineno))
+            events.append(Event("f", ident, alloc.size, alloc.kind, alloc.policy, lineno,
+                                alloc.stream))
         else:
             raise TraceError(f"{where}: unknown op {op!r} (expected 'a' or 'f')")
     return Trace(events, name=name)
@@ -260,13 +274,18 @@ def save(trace, path):
     opener = gzip.open if os.fspath(path).endswith(".gz") else open
     with opener(path, "wt", newline="") as f:
         w = csv.writer(f)
-        extra = (["kind"] if trace.has_kinds else []) + (["policy"] if trace.has_policies else [])
+        streams = trace.columns.stream
+        extra = (["kind"] if trace.has_kinds else []) + (["policy"] if trace.has_policies else []) \
+            + (["stream"] if streams is not None else [])
         w.writerow(["op", "id", "size"] + extra)
-        for alloc, ident, size, kind, policy in trace.rows():
+        stream_of = streams.tolist() if streams is not None else None
+        for i, (alloc, ident, size, kind, policy) in enumerate(trace.rows()):
             row = ["a" if alloc else "f", ident, size if alloc else ""]
             if trace.has_kinds:
                 row.append(kind if alloc else "")
             if trace.has_policies:
                 row.append(policy if alloc else "")
+            if stream_of is not None:
+                row.append(stream_of[i] if alloc else "")
             w.writerow(row)
 

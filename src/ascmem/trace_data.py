@@ -29,6 +29,7 @@ class Event:
     kind: str = ""
     policy: int = 0
     line: int = 0
+    stream: int = 0  # the stream it was allocated on (PyTorch snapshots; 0: none given)
 
 
 @dataclasses.dataclass
@@ -43,6 +44,7 @@ class Columns:
     kind: np.ndarray     # uint8, KIND_NAMES codes
     policy: np.ndarray   # uint32
     line: "np.ndarray | None" = None
+    stream: "np.ndarray | None" = None   # int64, or None when every event is on stream 0
 
     @classmethod
     def of_events(cls, events):
@@ -56,7 +58,8 @@ class Columns:
         kind = np.fromiter((KIND_CODE[e.kind] for e in events), np.uint8, n)
         policy = np.fromiter((e.policy for e in events), np.uint32, n)
         line = np.fromiter((e.line for e in events), np.int64, n)
-        return cls(alloc, ids, size, kind, policy, line)
+        stream = np.fromiter((e.stream for e in events), np.int64, n)
+        return cls(alloc, ids, size, kind, policy, line, stream if stream.any() else None)
 
 
 class Trace:
@@ -70,6 +73,7 @@ class Trace:
         c = self.columns
         self.has_kinds = bool(c.kind.any())
         self.has_policies = bool(c.policy.any())
+        self.has_streams = c.stream is not None
 
     def __len__(self):
         return len(self.columns.alloc)
@@ -95,6 +99,17 @@ class Trace:
             yield from zip(c.alloc[lo:hi].tolist(), c.ids[lo:hi].tolist(),
                            c.size[lo:hi].tolist(), [KIND_NAMES[k] for k in c.kind[lo:hi].tolist()],
                            c.policy[lo:hi].tolist())
+
+    def stream_peaks(self):
+        """{stream: its peak of live bytes}, when events carry streams."""
+        c = self.columns
+        if c.stream is None:
+            return {}
+        live, peaks = {}, {}
+        for (a, _, size, _, _), st in zip(self.rows(), c.stream.tolist()):
+            live[st] = live.get(st, 0) + (size if a else -size)
+            peaks[st] = max(peaks.get(st, 0), live[st])
+        return peaks
 
     def _live_curve(self):
         """Live bytes after each event (int64; None if sizes could overflow it)."""
@@ -143,7 +158,8 @@ class _EventView(Sequence):
         c = self._c
         return Event("a" if c.alloc[i] else "f", int(c.ids[i]), int(c.size[i]),
                      KIND_NAMES[c.kind[i]], int(c.policy[i]),
-                     int(c.line[i]) if c.line is not None else i + 2)
+                     int(c.line[i]) if c.line is not None else i + 2,
+                     int(c.stream[i]) if c.stream is not None else 0)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -161,8 +177,9 @@ class _EventView(Sequence):
         for lo in range(0, len(c.alloc), _BLOCK):
             hi = lo + _BLOCK
             lines = c.line[lo:hi].tolist() if c.line is not None else range(lo + 2, hi + 2)
-            for a, ident, size, k, pol, line in zip(
+            streams = c.stream[lo:hi].tolist() if c.stream is not None else [0] * len(lines)
+            for a, ident, size, k, pol, line, st in zip(
                     c.alloc[lo:hi].tolist(), c.ids[lo:hi].tolist(), c.size[lo:hi].tolist(),
-                    c.kind[lo:hi].tolist(), c.policy[lo:hi].tolist(), lines):
-                yield Event("a" if a else "f", ident, size, KIND_NAMES[k], pol, line)
+                    c.kind[lo:hi].tolist(), c.policy[lo:hi].tolist(), lines, streams):
+                yield Event("a" if a else "f", ident, size, KIND_NAMES[k], pol, line, st)
                 i += 1

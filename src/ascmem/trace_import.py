@@ -69,23 +69,26 @@ def _pick_device(counts, device, name, what):
                                f"{', '.join(f'{d} ({n} events)' for d, n in sorted(counts.items()))}")
 
 
-def _pair(stream):
-    """Pairs (addr, delta) steps by address into ascmem events."""
+def _pair(steps):
+    """Pairs (addr, delta[, stream]) steps by address into ascmem events
+    (op, id, size, stream); a free carries its allocation's stream."""
     live, events, next_id, skipped = {}, [], 0, 0
-    for addr, delta in stream:
+    for step in steps:
+        addr, delta = step[0], step[1]
+        stream = step[2] if len(step) > 2 else 0
         if delta > 0:
             if addr in live:  # the profiler missed a free: the old block ends here
-                old_id, old_size = live.pop(addr)
-                events.append(("f", old_id, old_size))
-            live[addr] = (next_id, delta)
-            events.append(("a", next_id, delta))
+                old_id, old_size, old_stream = live.pop(addr)
+                events.append(("f", old_id, old_size, old_stream))
+            live[addr] = (next_id, delta, stream)
+            events.append(("a", next_id, delta, stream))
             next_id += 1
         elif delta < 0:
             block = live.pop(addr, None)
             if block is None:
                 skipped += 1  # allocated before recording started
                 continue
-            events.append(("f", block[0], block[1]))
+            events.append(("f",) + block)
     return events, skipped
 
 
@@ -114,6 +117,14 @@ def from_chrome(data, name, device=None):
     mem.sort(key=lambda m: (m[0], m[1]))  # the profiler's order; ties keep file order
     events, skipped = _pair((m[3], m[4]) for m in mem if m[2] == chosen)
     return ImportedTrace(events, chosen, skipped)
+
+
+def _stream_of(entry):
+    """A snapshot entry's stream (an int: the handle's value), 0 if none."""
+    try:
+        return int(entry.get("stream", 0) or 0) & 0x7FFFFFFFFFFFFFFF
+    except (TypeError, ValueError):
+        return 0
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -148,7 +159,7 @@ def from_snapshot(data, name, device=None):
             continue
         action, addr, size = e.get("action"), e.get("addr"), e.get("size", 0)
         if action == "alloc":
-            steps.append((addr, int(size)))
+            steps.append((addr, int(size), _stream_of(e)))
         elif action == free_action:
             steps.append((addr, -int(size) or -1))
         elif action in ("segment_alloc", "segment_map"):
