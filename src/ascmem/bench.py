@@ -178,6 +178,34 @@ def c_core(runs, peer=True):
     return result
 
 
+def c_threads(runs):
+    """Runs benchmarks/c's multi-thread workloads (threads.h: 1, 2 and as many
+    threads as the machine has on one pool, on one Device, and OffsetAllocator
+    behind a mutex; steady state and producer-consumer) when the source tree,
+    make and compilers are here.  Returns {backend: {figure: pairs per
+    second}} or None."""
+    root = os.path.normpath(os.path.join(HERE, "..", ".."))
+    bench_dir = os.path.join(root, "benchmarks", "c")
+    if not (os.path.exists(os.path.join(bench_dir, "threads.h")) and shutil.which("make")):
+        return None
+    built = subprocess.run(["make", "-s", "-C", bench_dir, "bench_threads",
+                            f"PYTHON={sys.executable}"], capture_output=True, text=True)
+    if built.returncode:
+        return None
+    runs_of = {"ascmem pool": ["bench_threads", str(runs)],
+               "ascmem device": ["bench_threads", str(runs), "device"]}
+    peer = subprocess.run(["make", "-s", "-C", bench_dir, "peer_threads",
+                           f"PYTHON={sys.executable}"], capture_output=True, text=True)
+    if peer.returncode == 0:
+        runs_of["OffsetAllocator + mutex"] = ["peer_threads", str(runs)]
+    out = {}
+    for name, cmd in runs_of.items():
+        text = subprocess.run([os.path.join(bench_dir, cmd[0])] + cmd[1:], check=True,
+                              capture_output=True, text=True).stdout
+        out[name] = {k: float(v) for k, v in (line.split() for line in text.strip().splitlines())}
+    return out
+
+
 def frugality(traces, names, resolution):
     rows = []
     for t in traces:
@@ -288,6 +316,18 @@ def _run(args):
                   f"std::unordered_map, as a free-by-address caller must): steady "
                   f"{core['offset_steady_by_offset']:.1f}; ascmem / that: "
                   f"{core['steady'] / core['offset_steady_by_offset']:.2f}x")
+
+    threads = None if args.no_c or args.quick else c_threads(3)
+    figures["c_threads_pairs_per_s"] = threads
+    if threads:
+        print("\nthreads on one allocator, million pairs per second (in all / per thread); "
+              "producer-consumer: one thread allocates, another frees")
+        for name, r in threads.items():
+            counts = sorted({int(k.split("_")[1]) for k in r if k.startswith("steady_")})
+            cells = [f"{n} thr {r[f'steady_{n}_threads_pairs_per_s'] / 1e6:.2f} / "
+                     f"{r[f'steady_{n}_threads_pairs_per_s_per_thread'] / 1e6:.2f}" for n in counts]
+            print(f"  {name:24s}" + "; ".join(cells) +
+                  f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}")
 
     host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
     figures["host_buffer_ns"] = host

@@ -1,0 +1,56 @@
+/* The multi-thread workloads of threads.h against one shared ascm_pool (the
+ * pool's own lock, freeing by address) and against one shared Device (its
+ * chunks' pools and its budget).  make -C benchmarks/c threads */
+#define _GNU_SOURCE
+#include "ascmem.h"
+#include "threads.h"
+
+#include <string.h>
+
+static void *pool_make(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1ull << 40, .size = 256ull << 30, .min_block = 4096};
+    if (ascm_pool_create(&cfg, &p) != ASCM_OK) exit(1);
+    return p;
+}
+static int pool_alloc(void *a, uint64_t size, uint64_t *h) {
+    return ascm_pool_alloc((ascm_pool *)a, size, 64, h) != ASCM_OK;
+}
+static void pool_free(void *a, uint64_t h) { ascm_pool_free((ascm_pool *)a, h); }
+static void pool_destroy(void *a) { ascm_pool_destroy((ascm_pool *)a); }
+
+static const backend pool_backend = {"ascmem pool", pool_make, pool_alloc, pool_free, pool_destroy};
+
+static void *device_make(void) {
+    ascm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_block = 4096;
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        cfg.base[k] = (1ull << 44) + ((uint64_t)k << 40);
+        cfg.size[k] = k == ASCM_KIND_HUGE1G ? 0 : 128ull << 30;
+    }
+    cfg.budget.reserve = 0;
+    cfg.budget.shared = 256ull << 30;
+    cfg.budget.huge_grows = 1;
+    ascm_device *d;
+    if (ascm_device_create(&cfg, &d) != ASCM_OK) exit(1);
+    return d;
+}
+static int device_alloc(void *a, uint64_t size, uint64_t *h) {
+    int kind, events;
+    return ascm_device_malloc((ascm_device *)a, size, 0, ASCM_SIZE_MALLOC, h, &kind, &events) !=
+           ASCM_OK;
+}
+static void device_free(void *a, uint64_t h) {
+    int kind;
+    ascm_device_free((ascm_device *)a, h, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
+}
+static void device_destroy(void *a) { ascm_device_destroy((ascm_device *)a); }
+
+static const backend device_backend = {"ascmem device", device_make, device_alloc, device_free,
+                                       device_destroy};
+
+int main(int argc, char **argv) {
+    int device = argc > 2 && !strcmp(argv[2], "device");
+    return run_threads(device ? &device_backend : &pool_backend, argc, argv);
+}

@@ -1,0 +1,175 @@
+/* The multi-thread workloads, shared by bench_threads.c (ascmem's pool,
+ * its own lock) and peer_threads.cpp (OffsetAllocator behind a mutex), so
+ * both run the same draws:
+ *   steady:   N threads on one allocator, each with T_LIVE live blocks of
+ *             log-uniform sizes [64 B, 4 MiB]; each step frees one of its
+ *             own blocks at random and allocates a new one;
+ *   prodcons: one thread allocates and hands each block over a ring to a
+ *             second thread, which frees it (a decode thread feeding a
+ *             post-processing one).
+ * Printed: pairs per second, in all and per thread (median of runs).
+ * Written with GCC's __atomic builtins and pthreads so that C and C++ share it. */
+#ifndef ASCMEM_BENCH_THREADS_H
+#define ASCMEM_BENCH_THREADS_H
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "workload.h"
+
+#define T_LIVE 4096
+#define T_STEPS 400000
+#define RING 1024
+#define T_RUNS 5
+
+typedef struct backend {
+    const char *name;
+    void *(*make)(void);
+    int (*alloc)(void *a, uint64_t size, uint64_t *handle); /* 0: done */
+    void (*free)(void *a, uint64_t handle);
+    void (*destroy)(void *a);
+} backend;
+
+typedef struct worker {
+    const backend *b;
+    void *a;
+    pthread_barrier_t *start, *stop;
+    uint64_t seed;
+    int failed;
+} worker;
+
+static inline uint64_t rand_of(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline uint64_t size_of(uint64_t *s) { /* 64 B .. 4 MiB, log-uniform */
+    double u = (double)(rand_of(s) >> 11) / 9007199254740992.0;
+    return (uint64_t)exp(log(64.0) + u * (log(4194304.0) - log(64.0)));
+}
+
+static void *steady_worker(void *arg) {
+    worker *w = (worker *)arg;
+    uint64_t *sizes = (uint64_t *)malloc(T_STEPS * sizeof *sizes);
+    uint32_t *victims = (uint32_t *)malloc(T_STEPS * sizeof *victims);
+    uint64_t live[T_LIVE];
+    uint64_t s = w->seed;
+    for (int i = 0; i < T_STEPS; i++) {
+        sizes[i] = size_of(&s);
+        victims[i] = (uint32_t)(rand_of(&s) % T_LIVE);
+    }
+    for (int i = 0; i < T_LIVE; i++)
+        if (w->b->alloc(w->a, size_of(&s), &live[i])) w->failed = 1;
+    pthread_barrier_wait(w->start);
+    for (int i = 0; i < T_STEPS && !w->failed; i++) {
+        uint32_t v = victims[i];
+        w->b->free(w->a, live[v]);
+        if (w->b->alloc(w->a, sizes[i], &live[v])) w->failed = 1;
+    }
+    pthread_barrier_wait(w->stop);
+    for (int i = 0; i < T_LIVE; i++) w->b->free(w->a, live[i]);
+    free(sizes);
+    free(victims);
+    return NULL;
+}
+
+/* total pairs per second of n threads on one allocator */
+static double steady_threads(const backend *b, int n) {
+    pthread_t t[64];
+    worker w[64];
+    pthread_barrier_t start, stop;
+    pthread_barrier_init(&start, NULL, n + 1);
+    pthread_barrier_init(&stop, NULL, n + 1);
+    void *a = b->make();
+    for (int i = 0; i < n; i++) {
+        w[i] = (worker){b, a, &start, &stop, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), 0};
+        pthread_create(&t[i], NULL, steady_worker, &w[i]);
+    }
+    pthread_barrier_wait(&start);
+    double t0 = now();
+    pthread_barrier_wait(&stop);
+    double seconds = now() - t0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        if (w[i].failed) {
+            fprintf(stderr, "%s: an allocation failed\n", b->name);
+            exit(2);
+        }
+    }
+    b->destroy(a);
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&stop);
+    return (double)n * T_STEPS / seconds;
+}
+
+typedef struct ring {
+    uint64_t slot[RING];
+    uint64_t head, tail; /* __atomic: head written by the producer, tail by the consumer */
+    const backend *b;
+    void *a;
+    int failed;
+} ring;
+
+static void *consumer(void *arg) {
+    ring *r = (ring *)arg;
+    for (uint64_t done = 0; done < T_STEPS;) {
+        uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        while (r->tail < head) {
+            r->b->free(r->a, r->slot[r->tail % RING]);
+            __atomic_store_n(&r->tail, r->tail + 1, __ATOMIC_RELEASE);
+            done++;
+        }
+    }
+    return NULL;
+}
+
+/* pairs per second: one thread allocates, another frees */
+static double producer_consumer(const backend *b) {
+    ring *r = (ring *)calloc(1, sizeof *r);
+    r->b = b;
+    r->a = b->make();
+    uint64_t s = 12345;
+    uint64_t *sizes = (uint64_t *)malloc(T_STEPS * sizeof *sizes);
+    for (int i = 0; i < T_STEPS; i++) sizes[i] = size_of(&s) % (64 << 10) + 64; /* frames, tensors */
+    pthread_t t;
+    double t0 = now();
+    pthread_create(&t, NULL, consumer, r);
+    for (uint64_t i = 0; i < T_STEPS; i++) {
+        while (i - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= RING) {
+        }
+        if (b->alloc(r->a, sizes[i], &r->slot[i % RING])) {
+            fprintf(stderr, "%s: an allocation failed\n", b->name);
+            exit(2);
+        }
+        __atomic_store_n(&r->head, i + 1, __ATOMIC_RELEASE);
+    }
+    pthread_join(t, NULL);
+    double seconds = now() - t0;
+    b->destroy(r->a);
+    free(sizes);
+    free(r);
+    return T_STEPS / seconds;
+}
+
+static int run_threads(const backend *b, int argc, char **argv) {
+    int runs = argc > 1 ? atoi(argv[1]) : T_RUNS;
+    if (runs < 1 || runs > 99) runs = T_RUNS;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int counts[3] = {1, 2, (int)(cpus > 64 ? 64 : cpus)};
+    int ncounts = counts[2] > 2 ? 3 : 2;
+    for (int c = 0; c < ncounts; c++) {
+        double v[99];
+        for (int i = 0; i < runs; i++) v[i] = steady_threads(b, counts[c]);
+        double m = median(v, runs);
+        printf("steady_%d_threads_pairs_per_s %.0f\nsteady_%d_threads_pairs_per_s_per_thread %.0f\n",
+               counts[c], m, counts[c], m / counts[c]);
+    }
+    double v[99];
+    for (int i = 0; i < runs; i++) v[i] = producer_consumer(b);
+    printf("producer_consumer_pairs_per_s %.0f\n", median(v, runs));
+    return 0;
+}
+
+#endif
