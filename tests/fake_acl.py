@@ -11,7 +11,7 @@ ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
 ACL_ERROR_RT_MEMORY_FREE = 207002
 
 
-def make(capacity=None, fail=None):
+def make(capacity=None, fail=None, granule=2 << 20):
     """capacity: bytes the runtime can hand out in all (beyond it,
     allocations return 207001); fail: a callable (name, size) -> an error
     code to inject, or 0 -- both can be changed later on the module."""
@@ -178,7 +178,11 @@ def make(capacity=None, fail=None):
     # virtual memory management (pyACL names: acl.rt.reserve_mem_address,
     # malloc_physical, map_mem, unmap_mem, free_physical, release_mem_address;
     # addresses and sizes 2 MB-aligned, as aclrtMapMem requires)
-    granule = 2 << 20
+    def mem_get_allocation_granularity(prop, option):
+        record("rt.mem_get_allocation_granularity", option)
+        if not isinstance(prop, dict) or option not in (0, 1):
+            return 0, ACL_ERROR_INVALID_PARAM
+        return granule, ACL_SUCCESS
     reserved = {}   # base -> size
     physical = {}   # handle -> size
     mapped = {}     # address -> handle
@@ -254,6 +258,7 @@ def make(capacity=None, fail=None):
             release_mem_address=release_mem_address, malloc_physical=malloc_physical,
             free_physical=free_physical, map_mem=map_mem, unmap_mem=unmap_mem,
             stream_wait_event=stream_wait_event, synchronize_event=synchronize_event,
+            mem_get_allocation_granularity=mem_get_allocation_granularity,
             allocator_create_desc=allocator_create_desc,
             allocator_destroy_desc=allocator_destroy_desc,
             allocator_set_obj_to_desc=_setter("allocator_set_obj_to_desc", "obj"),

@@ -297,3 +297,33 @@ def test_growing_paged_kind_gives_kept_granules_back_with_idle_chunks():
     d.empty_cache()  # idle chunks go back: their kept granules must leave the budget
     assert d.budget()["normal_used"] == 0
     d.check()
+
+
+@pytest.mark.parametrize("answer,granule", [((4 * MiB, 0), 4 * MiB), ((8 * MiB, 0), 8 * MiB),
+                                            ((3 * MiB, 0), 2 * MiB),   # not a power of two
+                                            ((4 * MiB, 507000), 2 * MiB),  # the runtime refused
+                                            (None, 2 * MiB)])              # no such call
+def test_paged_acl_maps_in_the_granularity_the_runtime_recommends(answer, granule):
+    """aclrtMemGetAllocationGranularity (pyACL mem_get_allocation_granularity,
+    the recommended option): its answer is the granule, when it is a power-of-two
+    multiple of 2 MB; ranges hold whole granules."""
+    import fake_acl
+    acl = fake_acl.make(granule=granule)  # the stand-in checks maps against the expected granule
+    if answer is None:
+        del acl.rt.mem_get_allocation_granularity
+    else:
+        acl.rt.mem_get_allocation_granularity = lambda prop, option: answer
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True,
+                      pool_sizes={"huge": (1 << 30, 1 << 30), "normal": (250 * MiB, 250 * MiB),
+                                  "dvpp": (64 * MiB, 64 * MiB), "host": (64 * MiB, 64 * MiB)})
+    assert d.stats()["normal"]["capacity"] == 250 * MiB // granule * granule
+    a = d.malloc(5 * MiB, ascmem.Policy.HUGE_ONLY)
+    b = d.malloc(100, ascmem.Policy.NORMAL_ONLY)
+    maps = [c for c in acl.calls if c[0] == "rt.map_mem"]
+    assert maps and all(c[2] == granule and c[1] % granule == 0 for c in maps)
+    assert d.stats()["huge"]["mapped"] == (5 * MiB + granule - 1) // granule * granule
+    d.check()
+    d.free(a)
+    d.free(b)
+    assert not acl.mapped
+    d.close()

@@ -15,6 +15,27 @@
 from libc.stdlib cimport malloc as c_malloc, realloc as c_realloc, free as c_free
 
 cdef uint64_t _ACL_GRANULE = 2 << 20  # aclrtMapMem: 2 MB-aligned addresses and sizes
+_GRANULARITY_RECOMMENDED = 1          # aclrtMemGranularityOptions
+
+
+def _acl_granule(acl_module, int device_id):
+    """The granule to map in: what the runtime recommends
+    (acl.rt.mem_get_allocation_granularity, aclrtMemGetAllocationGranularity:
+    "currently only 2M", the pyACL page aclpythondevg_01_0960), when it is a
+    power-of-two multiple of 2 MB; else 2 MB, the documented value."""
+    query = getattr(acl_module.rt, "mem_get_allocation_granularity", None)
+    if query is None:
+        return _ACL_GRANULE
+    prop = {"handleType": 0, "allocationType": 0, "memAttr": 0,
+            "location": {"id": device_id, "type": 1}, "reserve": 0}
+    try:
+        granule, ret = query(prop, _GRANULARITY_RECOMMENDED)
+    except Exception:
+        return _ACL_GRANULE
+    if ret != 0 or not isinstance(granule, int) or granule < _ACL_GRANULE or \
+            granule & (granule - 1) or granule > (1 << 30):
+        return _ACL_GRANULE
+    return granule
 
 
 cdef struct _MapRequest:
@@ -57,11 +78,13 @@ cdef class _AclMapper:
     cdef dict handles            # granule address -> physical memory handle
     cdef readonly object error   # what the runtime last refused
     cdef object lock             # held from a pool call that may queue to its apply
+    cdef readonly uint64_t granule  # bytes each handle maps (_acl_granule)
 
-    def __cinit__(self, acl_module):
+    def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE):
         self.acl = acl_module
         self.handles = {}
         self.lock = threading.RLock()
+        self.granule = granule
 
     cdef after_fork(self):
         self.lock = threading.RLock()
@@ -81,7 +104,7 @@ cdef class _AclMapper:
                 for i in range(self.queue.n)]
         self.queue.n = 0
         for addr, size, map in reqs:
-            for g in range(addr, addr + size, _ACL_GRANULE):
+            for g in range(addr, addr + size, self.granule):
                 if not map:
                     self._unmap(g)
                 elif ok and not self._map(g):
@@ -90,11 +113,11 @@ cdef class _AclMapper:
 
     cdef bint _map(self, uint64_t g) except -1:
         rt = self.acl.rt
-        handle, ret = rt.malloc_physical(_ACL_GRANULE, None, 0)
+        handle, ret = rt.malloc_physical(self.granule, None, 0)
         if ret != 0:
             self.error = f"acl.rt.malloc_physical returned {ret}"
             return False
-        ret = rt.map_mem(g, _ACL_GRANULE, 0, handle, 0)
+        ret = rt.map_mem(g, self.granule, 0, handle, 0)
         if ret != 0:
             rt.free_physical(handle)
             self.error = f"acl.rt.map_mem returned {ret}"

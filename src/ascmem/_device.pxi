@@ -500,11 +500,16 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
         if any(parts.growth.maximum[k] > parts.growth.size[k] for k in range(ASCM_KINDS)):
             raise UnsupportedError("paged=True on the acl backend: give fixed pool sizes (a paged "
                                    "range has no need to grow)")
-        parts.mapper = _AclMapper(parts.up.acl)
+        parts.mapper = _AclMapper(parts.up.acl, _acl_granule(parts.up.acl, dev.device_id))
+        g = parts.mapper.granule
+        for k in range(ASCM_KINDS):  # a reserved range holds whole granules of the runtime's
+            if ascm_kind(k).freed_by == ASCM_FREE_DEVICE and parts.growth.size[k]:
+                parts.growth.size[k] = max(g, parts.growth.size[k] // g * g)
+                parts.growth.maximum[k] = parts.growth.size[k]
         parts.general = True
         cfg.map = _acl_map_hook
         cfg.map_ctx = parts.mapper.hook_ctx()
-        cfg.granule_min = _ACL_GRANULE
+        cfg.granule_min = parts.mapper.granule
     parts.up.paged_kinds = frozenset(k for k in range(ASCM_KINDS)
                                      if ascm_kind(k).freed_by == ASCM_FREE_DEVICE)
     parts.paged = True

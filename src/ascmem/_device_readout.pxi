@@ -182,7 +182,7 @@ cdef class _DeviceReadout:
             if ascm_kind(k).huge:
                 pages += s.pages_in_use * s.page_size
         if parts.mapper is not None:  # acl, paged: a runtime handle under every mapped granule
-            if len(parts.mapper.handles) * _ACL_GRANULE != mapped:
+            if len(parts.mapper.handles) * parts.mapper.granule != mapped:
                 raise CorruptionError(f"{len(parts.mapper.handles)} granules hold runtime memory, "
                                       f"{mapped} bytes are counted as mapped")
         if pages != self.budget()["huge_used"]:
