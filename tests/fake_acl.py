@@ -223,11 +223,53 @@ def make(capacity=None, fail=None, granule=2 << 20):
         physical[h] = size
         return h, ACL_SUCCESS
 
+    contents = {}   # handle -> bytearray: what device memory holds (for memcpy)
+
+    def _pieces(addr, count):
+        """(bytearray, offset, length) of the mapped granules under
+        [addr, addr + count), or None if any part is not mapped."""
+        out = []
+        while count:
+            g = addr - addr % granule
+            handle = mapped.get(g)
+            if handle is None:
+                return None
+            off = addr - g
+            n = min(count, granule - off)
+            out.append((contents.setdefault(handle, bytearray(granule)), off, n))
+            addr, count = addr + n, count - n
+        return out
+
+    def memcpy(dst, dest_max, src, count, kind):
+        """acl.rt.memcpy(dst, dest_max, src, count, kind): host addresses are
+        this process's memory; device ones the mapped granules' contents."""
+        import ctypes
+        record("rt.memcpy", dst, count, kind)
+        if count > dest_max or kind not in (1, 2):
+            return ACL_ERROR_INVALID_PARAM
+        injected = mod.fail("rt.memcpy", count) if mod.fail else 0
+        if injected:
+            return injected
+        pieces = _pieces(src if kind == 2 else dst, count)
+        if pieces is None:
+            return ACL_ERROR_INVALID_PARAM  # device memory that is not mapped
+        if kind == 2:  # device -> host
+            data = b"".join(bytes(b[o:o + n]) for b, o, n in pieces)
+            ctypes.memmove(dst, data, count)
+        else:  # host -> device
+            data = ctypes.string_at(src, count)
+            at = 0
+            for b, o, n in pieces:
+                b[o:o + n] = data[at:at + n]
+                at += n
+        return ACL_SUCCESS
+
     def free_physical(handle):
         record("rt.free_physical", handle)
         if handle not in physical or handle in mapped.values():
             return ACL_ERROR_INVALID_PARAM
         del physical[handle]
+        contents.pop(handle, None)  # its memory is gone
         return ACL_SUCCESS
 
     def map_mem(ptr, size, offset, handle, flags):
@@ -258,7 +300,7 @@ def make(capacity=None, fail=None, granule=2 << 20):
             release_mem_address=release_mem_address, malloc_physical=malloc_physical,
             free_physical=free_physical, map_mem=map_mem, unmap_mem=unmap_mem,
             stream_wait_event=stream_wait_event, synchronize_event=synchronize_event,
-            mem_get_allocation_granularity=mem_get_allocation_granularity,
+            mem_get_allocation_granularity=mem_get_allocation_granularity, memcpy=memcpy,
             allocator_create_desc=allocator_create_desc,
             allocator_destroy_desc=allocator_destroy_desc,
             allocator_set_obj_to_desc=_setter("allocator_set_obj_to_desc", "obj"),

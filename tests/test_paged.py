@@ -246,8 +246,6 @@ def test_paged_acl_refusal_leaves_nothing_mapped():
 def test_paged_acl_sleep_wake_reset():
     acl, d = _acl_paged()
     kv = d.malloc(8 * MiB, ascmem.Policy.HUGE_ONLY, tag="kv")
-    with pytest.raises(ascmem.UnsupportedError, match="keep=True"):
-        d.sleep("kv")  # contents would need device-to-host copies
     d.sleep("kv", keep=False)
     assert not acl.mapped
     acl.fail = lambda name, size: 207001 if name == "rt.malloc_physical" else 0
@@ -262,6 +260,39 @@ def test_paged_acl_sleep_wake_reset():
     assert not acl.mapped and not acl.physical and acl.reserved
     d.free(d.malloc(MiB))
     d.check()
+
+
+def test_paged_acl_sleep_keeps_contents_through_aclrtmemcpy():
+    """keep=True on acl: the blocks go to the host (aclrtMemcpy device to
+    host) before their granules are unmapped, and back (host to device)
+    once wake has mapped them again -- at the same addresses."""
+    import ctypes
+    acl, d = _acl_paged()
+    kv = d.malloc(5 * MiB, ascmem.Policy.HUGE_ONLY, tag="kv")
+    other = d.malloc(3 * MiB, ascmem.Policy.HUGE_ONLY)  # awake all along
+    pattern = bytes(range(256)) * (5 * MiB // 256)
+    src = ctypes.create_string_buffer(pattern, len(pattern))
+    assert acl.rt.memcpy(kv, len(pattern), ctypes.addressof(src), len(pattern), 1) == 0
+    acl.fail = lambda name, size: 507899 if name == "rt.memcpy" else 0
+    with pytest.raises(ascmem.OutOfMemoryError, match="nothing was given back"):
+        d.sleep("kv")                      # a refused copy: the tag stays awake and mapped
+    assert d.stats()["huge"]["mapped"] == 10 * MiB
+    acl.fail = None
+    given = d.sleep("kv")
+    assert given == 4 * MiB and len(acl.mapped) == 3  # other's, one of them shared with kv
+    acl.fail = lambda name, size: 507899 if name == "rt.memcpy" else 0
+    with pytest.raises(ascmem.OutOfMemoryError, match="stays asleep"):
+        d.wake("kv")                       # mapped, then the copy back refused: asleep again
+    assert len(acl.mapped) == 3
+    acl.fail = None
+    d.wake("kv")
+    back = ctypes.create_string_buffer(len(pattern))
+    assert acl.rt.memcpy(ctypes.addressof(back), len(pattern), kv, len(pattern), 2) == 0
+    assert back.raw == pattern
+    d.free(kv)
+    d.free(other)
+    d.check()
+    assert not acl.mapped
 
 
 def test_paged_acl_device_is_not_for_the_pluggable_functions():

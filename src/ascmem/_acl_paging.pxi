@@ -12,6 +12,8 @@
 # run meanwhile).  The pluggable functions, which run without the GIL, are
 # refused for such a device.  Included by _core.pyx.
 
+import ctypes
+
 from libc.stdlib cimport malloc as c_malloc, realloc as c_realloc, free as c_free
 
 cdef uint64_t _ACL_GRANULE = 2 << 20  # aclrtMapMem: 2 MB-aligned addresses and sizes
@@ -132,6 +134,25 @@ cdef class _AclMapper:
         rt = self.acl.rt
         rt.unmap_mem(g)
         rt.free_physical(handle)
+
+    cdef bytes to_host(self, uint64_t addr, uint64_t n):
+        """n bytes of device memory at addr, copied to the host
+        (aclrtMemcpy, ACL_MEMCPY_DEVICE_TO_HOST = 2)."""
+        buf = ctypes.create_string_buffer(n)
+        ret = self.acl.rt.memcpy(ctypes.addressof(buf), n, addr, n, 2)
+        if ret != 0:
+            raise OutOfMemoryError(f"sleep(keep=True): copying {n} bytes at {addr:#x} to the host "
+                                   f"failed (acl.rt.memcpy returned {ret}); nothing was given back")
+        return buf.raw
+
+    cdef to_device(self, uint64_t addr, bytes data):
+        """data copied to device memory at addr (ACL_MEMCPY_HOST_TO_DEVICE = 1)."""
+        cdef uint64_t n = len(data)
+        buf = ctypes.create_string_buffer(data, n)
+        ret = self.acl.rt.memcpy(addr, n, ctypes.addressof(buf), n, 1)
+        if ret != 0:
+            raise OutOfMemoryError(f"wake: copying {n} bytes back to {addr:#x} failed "
+                                   f"(acl.rt.memcpy returned {ret}); the tag stays asleep")
 
     cdef release_range(self, uint64_t base, uint64_t size):
         """A reserved range goes (reset, close): its granules' memory first."""

@@ -89,19 +89,22 @@ cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
                                "address")
     if tag in tags.sleeping:
         raise InvalidArgumentError(f"sleep: tag {tag!r} is asleep already")
-    if keep and parts.mapper is not None:
-        raise UnsupportedError(f"sleep(keep=True) on the {dev.backend} backend would copy the "
-                               f"blocks to the host (aclrtMemcpy), which is not built yet; "
-                               f"keep=False gives the memory back without the contents")
     addrs = sorted(tags.members.get(tag, ()))
     for a in addrs:
         if parts.views.of(a):
             raise InvalidArgumentError(f"sleep: {a:#x} of tag {tag!r} has a live buffer view")
+    copies = {}
+    if keep and parts.mapper is not None:  # every copy first: a refused one changes nothing
+        for a in addrs:
+            p = ascm_device_pool_at(dev._d, a, NULL)
+            ascm_pool_usable_size(p, a, &n)
+            copies[a] = parts.mapper.to_host(a, n)
     saved = {}
     for a in addrs:
         p = ascm_device_pool_at(dev._d, a, NULL)
         ascm_pool_usable_size(p, a, &n)
-        data = (<char *><size_t>a)[:n] if keep and parts.up.readable else None
+        data = copies.get(a) if parts.mapper is not None else \
+            ((<char *><size_t>a)[:n] if keep and parts.up.readable else None)
         if ascm_pool_sleep(p, a) == ASCM_OK:
             saved[a] = data
         else:  # a slab slot: its slab is shared, so it stays as it is
@@ -149,9 +152,20 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
                                    f"{_fmt_bytes(b['huge_used'])} huge + {_fmt_bytes(b['normal_used'])} "
                                    f"normal of {_fmt_bytes(b['total'])} in use")
         woken.append(a)
-    for a, data in saved.items():
-        if data:  # bytes kept by sleep(keep=True)
-            memcpy(<void *><size_t>a, <const char *>data, len(data))
+    if parts.mapper is not None:  # acl: back to the device through aclrtMemcpy
+        try:
+            for a, data in saved.items():
+                if data:
+                    parts.mapper.to_device(a, data)
+        except BaseException:
+            for b in woken:  # asleep again, contents still kept: a later wake can retry
+                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b)
+            parts.apply_maps()
+            raise
+    else:
+        for a, data in saved.items():
+            if data:  # bytes kept by sleep(keep=True)
+                memcpy(<void *><size_t>a, <const char *>data, len(data))
     del tags.sleeping[tag]
     if not tags.members.get(tag, True):
         del tags.members[tag]
