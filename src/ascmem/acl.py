@@ -114,6 +114,15 @@ def _device_by_id(device_id):
     return dev
 
 
+def _device_in_use(device_id):
+    """The device set for device_id, else the default device (made on first
+    use) if it has that id, else None."""
+    dev = _device_by_id(device_id)
+    if dev is None and device().device_id == device_id:
+        dev = device()
+    return dev
+
+
 def _reset_device(device_id):
     dev = _device_by_id(device_id)
     if dev is None:
@@ -140,7 +149,7 @@ def _himpi_dvpp_malloc(dev_id, size):
     if not _is_device_id(dev_id):
         return 0, ACL_ERROR_INVALID_PARAM
     try:
-        dev = _device_by_id(dev_id) or (device() if device().device_id == dev_id else None)
+        dev = _device_in_use(dev_id)
     except Exception as exc:
         return 0, acl_code(exc)
     if dev is None:

@@ -25,6 +25,7 @@ import ctypes
 import threading
 
 from ascmem import _core
+from ascmem.pluggable import bind, library_path  # the same .so exports both sets
 from ascmem.errors import (ACL_ERROR_BAD_ALLOC, ACL_ERROR_INVALID_PARAM,
                            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_SUCCESS, acl_code)
 
@@ -46,19 +47,9 @@ _slots = {}        # id(Device) -> [slot, references, Device]
 _registered = {}   # stream -> (module, descriptor, Device)
 
 
-def library_path():
-    return _core.__file__
-
-
 def functions():
     """The four exported callbacks through ctypes, with their prototypes."""
-    lib = ctypes.CDLL(library_path())
-    out = {}
-    for name, (res, args) in _PROTOTYPES.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-        out[name] = fn
-    return out
+    return bind(ctypes.CDLL(library_path()), _PROTOTYPES)
 
 
 def function_addresses():

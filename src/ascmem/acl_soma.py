@@ -91,10 +91,7 @@ def _checked_props(props):
 
 
 def _device_for(device_id):
-    acl = _acl()
-    dev = acl._device_by_id(device_id)
-    if dev is None and acl.device().device_id == device_id:
-        dev = acl.device()
+    dev = _acl()._device_in_use(device_id)
     if dev is None:
         raise RuntimeParamError(f"mem_pool_create: device {device_id!r} is not set")
     return dev

@@ -92,12 +92,9 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
         elif name == "torch-caching":
             conf = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
             alloc = TorchCachingAllocator.from_conf(REFERENCE_MEMORY, conf)
-            if curves:
-                curve, failures = _reserved_curve(trace, alloc)
-            else:
-                curve, failures = [], tr.replay(trace, alloc)["failures"]
-            out.append(Footprint(name, alloc.peak_reserved, media_peak, curve,
-                                 complete=not failures))
+            rep = tr.replay(trace, alloc, curve=curves)
+            out.append(Footprint(name, alloc.peak_reserved, media_peak,
+                                 rep.get("curve_used", []), complete=not rep["failures"]))
         elif name == "cann-raw":
             dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
             raw = raw_cann.peak(trace, dev, curve=curves)
@@ -114,22 +111,6 @@ def _media_only(trace):
     keep = c.kind == 3
     return Trace(columns=Columns(c.alloc[keep], c.ids[keep], c.size[keep], c.kind[keep],
                                  c.policy[keep]))
-
-
-def _reserved_curve(trace, alloc):
-    """(reserved bytes after each event, failed allocations)."""
-    from ascmem.errors import OutOfMemoryError
-    live, curve, failures = {}, [], 0
-    for is_alloc, ident, size, _, _ in trace.rows():
-        if is_alloc:
-            try:
-                live[ident] = alloc.alloc(size)
-            except OutOfMemoryError:
-                failures += 1
-        elif ident in live:
-            alloc.free(live.pop(ident))
-        curve.append(alloc.reserved)
-    return curve, failures
 
 
 def first_job(profile, mode):

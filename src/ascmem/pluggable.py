@@ -81,6 +81,12 @@ def functions():
         "ascmem_pluggable_erase_stream": (None, [vp, vp]),
         "ascmem_pluggable_reset_peak_status": (None, [i]),
     }
+    return bind(lib, protos)
+
+
+def bind(lib, protos):
+    """{name: lib's exported function with its prototype} for protos,
+    {name: (restype, argtypes)}."""
     out = {}
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)

@@ -87,10 +87,10 @@ def parse_conf(conf):
 
 
 class _Block:
-    __slots__ = ("addr", "size", "segment", "prev", "next", "allocated", "small", "stamp")
+    __slots__ = ("addr", "size", "prev", "next", "allocated", "small", "stamp")
 
-    def __init__(self, addr, size, segment, small):
-        self.addr, self.size, self.segment, self.small = addr, size, segment, small
+    def __init__(self, addr, size, small):
+        self.addr, self.size, self.small = addr, size, small
         self.prev = self.next = None
         self.allocated = False
         self.stamp = 0
@@ -175,7 +175,7 @@ class TorchCachingAllocator:
                 raise OutOfMemoryError(f"torch caching allocator: no room for a {seg}-byte "
                                        f"segment ({self.reserved} of {self.capacity} reserved)")
         if self._should_split(block, size):
-            rest = _Block(block.addr + size, block.size - size, block.segment, small)
+            rest = _Block(block.addr + size, block.size - size, small)
             rest.prev, rest.next = block, block.next
             if block.next:
                 block.next.prev = rest
@@ -213,7 +213,7 @@ class TorchCachingAllocator:
         if self.reserved + size > self.capacity:
             return None
         addr = next(self._next_segment) << 44  # far apart: segments never touch
-        block = _Block(addr, size, addr, small)
+        block = _Block(addr, size, small)
         self._blocks[addr] = block
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -278,7 +278,7 @@ class TorchCachingAllocator:
             self._remove_free(last)
             last.size += more
             return last
-        block = _Block(base + mapped, more, base, small)
+        block = _Block(base + mapped, more, small)
         block.prev = last
         if last is not None:
             last.next = block

@@ -18,6 +18,7 @@ from typing import Any
 
 from ascmem import trace_import as _import
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
+from ascmem.raw_cann import request_of
 from ascmem.trace_csv import save  # noqa: F401  (ascmem.trace.save)
 from ascmem.trace_data import KINDS, Event, Trace, TraceError  # noqa: F401  (the public names)
 
@@ -311,7 +312,6 @@ def make_allocator(name, capacity):
 
 def _device_alloc(device, kind, policy):
     """The Device call that allocates an event of this kind and policy."""
-    from ascmem.raw_cann import request_of
     call, pol = request_of(kind, policy)
     if call == "malloc":
         return lambda size: device.malloc(size, pol)
@@ -342,6 +342,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             raise InvalidArgumentError("replay by allocator name needs a capacity")
         allocator = make_allocator(allocator, capacity)
     is_device = isinstance(allocator, ascmem.Device)
+    caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
     usable = getattr(allocator, "usable_size", None)
     live, sizes_used = {}, {}
     live_bytes = used_bytes = peak_live = peak_used = 0
@@ -404,6 +405,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             if is_device:  # the footprint that counts: pages charged to the device
                 b = allocator.budget()
                 curve_used.append(b["huge_used"] + b["normal_used"])
+            elif caching:
+                curve_used.append(allocator.reserved)
             else:
                 curve_used.append(used_bytes)
         if progress is not None and i % 4096 == 0:
@@ -422,7 +425,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     if curve:
         report["curve_live"] = curve_live
         report["curve_used"] = curve_used
-        report["curve_used_label"] = "device pages in use" if is_device else "held after rounding"
+        report["curve_used_label"] = ("device pages in use" if is_device else
+                                      "reserved" if caching else "held after rounding")
     if snapshot:
         from ascmem.snapshot import save_torch, to_torch
         if captured is None:
@@ -430,7 +434,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         save_torch(captured, snapshot)
         report["snapshot"] = str(snapshot)
         report["snapshot_event"] = peak_at if peak_at is not None else len(trace) - 1
-    if hasattr(allocator, "peak_reserved"):  # a caching allocator: what it took from the device
+    if caching:  # a caching allocator: what it took from the device
         report["peak_reserved"] = allocator.peak_reserved
     if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
         stats = allocator.stats()

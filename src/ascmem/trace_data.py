@@ -173,7 +173,6 @@ class _EventView(Sequence):
 
     def __iter__(self):
         c = self._c
-        i = 0
         for lo in range(0, len(c.alloc), _BLOCK):
             hi = lo + _BLOCK
             lines = c.line[lo:hi].tolist() if c.line is not None else range(lo + 2, hi + 2)
@@ -182,4 +181,3 @@ class _EventView(Sequence):
                     c.alloc[lo:hi].tolist(), c.ids[lo:hi].tolist(), c.size[lo:hi].tolist(),
                     c.kind[lo:hi].tolist(), c.policy[lo:hi].tolist(), lines, streams):
                 yield Event("a" if a else "f", ident, size, KIND_NAMES[k], pol, line, st)
-                i += 1
