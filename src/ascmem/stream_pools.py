@@ -166,16 +166,17 @@ class StreamPool:
             self._require_alive("mem_pool_malloc_async")  # also notices a Device reset
             if size == 0:
                 return 0
-            addr = self._reuse(size, stream)
+            need = self.device.route(size)["rounded"]  # the block a fresh malloc would give
+            addr = self._reuse(need, stream)
             if not addr:
-                addr = self._fresh(size, stream)
+                addr = self._fresh(size, need, stream)
             return addr
 
-    def _reuse(self, size, stream):
-        """A cached block this request may have by the pool's rules, or 0.
-        Preference: the same stream, then an event-ordered one, then one
-        known complete, then one the pool must wait for."""
-        need = _malloc_bytes(size)
+    def _reuse(self, need, stream):
+        """A cached block of at least need bytes this request may have by
+        the pool's rules, or 0.  Preference: the same stream, then an
+        event-ordered one, then one known complete, then one the pool must
+        wait for."""
         best = None
         for addr, c in self.cached.items():
             if not need <= c.nbytes <= need * _MAX_WASTE_FACTOR:
@@ -206,10 +207,10 @@ class StreamPool:
             return 3
         return None
 
-    def _fresh(self, size, stream):
-        if self.reserved + _malloc_bytes(size) > self.max_size:
+    def _fresh(self, size, need, stream):
+        if self.reserved + need > self.max_size:
             self._release(self._complete_blocks(), 0)
-            if self.reserved + _malloc_bytes(size) > self.max_size:
+            if self.reserved + need > self.max_size:
                 raise PoolStateError(f"mem_pool_malloc_async({size}): the pool has "
                                      f"{self.max_size - self.reserved} of its {self.max_size} "
                                      f"bytes left")
@@ -417,11 +418,6 @@ class StreamPool:
                 except (InvalidArgumentError, InvalidFreeError):
                     raise CorruptionError(f"stream pool: {addr:#x} is not a live Device "
                                           f"block") from None
-
-
-def _malloc_bytes(size):
-    """What the Device's malloc takes for size: ALIGN_UP(size, 32) + 32."""
-    return (size + 31) // 32 * 32 + 32
 
 
 def _attr_int(value):
