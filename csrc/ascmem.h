@@ -181,6 +181,22 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
                          uint64_t *addrs, size_t *done);
 int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done);
 
+/* Handles: for a caller that keeps one per block, so that the free needs no
+ * lookup by address.  alloc_handle is ascm_pool_alloc that also returns the
+ * block's handle (never 0).  A large block allocated this way is not entered
+ * in the pool's address map: it is known by its handle only (free,
+ * usable_size, sleep by address refuse it with ASCM_ERR_BADFREE /
+ * ASCM_ERR_INVAL); walks, statistics and check() count it as any block.  A
+ * block of 32 KiB or less (a slab slot) may be freed either way.
+ * free_handle refuses, with ASCM_ERR_BADFREE and nothing changed, a handle
+ * that designates no live block of this pool: a freed block's handle stays
+ * refused until the same metadata and address serve a new block -- the
+ * guarantee a free by address gives, no more.  Handles do not survive
+ * ascm_pool_reset. */
+typedef uint64_t ascm_handle;
+int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr, ascm_handle *h);
+int ascm_pool_free_handle(ascm_pool *p, ascm_handle h);
+
 /* ---- device: one pool per memory kind under one physical budget --------- */
 
 /* Kinds, as ascmem.MemKind. */

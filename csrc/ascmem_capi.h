@@ -23,7 +23,10 @@
  * 3: ascm_stats gained cached_bytes and peak_live_count, so pool_stats writes
  * a larger struct; device calls may return ASCM_ERR_CLOSED.
  * 4: ascm_pool_config gained paged, map, map_ctx and release_threshold, and
- * ascm_stats mapped, peak_mapped, map_calls and unmap_calls (paged pools). */
+ * ascm_stats mapped, peak_mapped, map_calls and unmap_calls (paged pools).
+ * Functions appended without a new version (older extensions still work; a
+ * newer one is refused by an older ascmem, whose table is smaller):
+ * pool_alloc_handle and pool_free_handle. */
 #define ASCM_CAPI_VERSION 4
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
@@ -47,6 +50,10 @@ typedef struct ascm_capi {
                          uint64_t *addr, int *kind, int *events);
     int (*device_free)(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
     const char *(*status_str)(int status);
+    /* handles: free without a lookup by address (ascmem.h) */
+    int (*pool_alloc_handle)(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr,
+                             ascm_handle *h);
+    int (*pool_free_handle)(ascm_pool *p, ascm_handle h);
 } ascm_capi;
 
 static const ascm_capi *ascm_api = NULL;

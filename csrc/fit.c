@@ -107,6 +107,7 @@ static inline void node_recycle(ascm_fit *f, uint32_t i) {
     f->nodes[i].len = 0;
     f->nodes[i].is_free = 0;
     f->nodes[i].is_slab = 0;
+    f->nodes[i].by_handle = 0;
     f->nodes[i].next_free = f->recycled;
     f->recycled = i;
 }
@@ -198,6 +199,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         ascm_fit_node *used = &f->nodes[u];
         used->is_free = 0;
         used->is_slab = 0;
+        used->by_handle = 0;
         used->slack = 0;
         f->free_units -= n;
         *out = u;
@@ -222,6 +224,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
     }
     blk->slack = 0;
     blk->is_slab = 0;
+    blk->by_handle = 0;
     *out = x;
     return ASCM_OK;
 }
@@ -248,6 +251,7 @@ void ascm_fit_give(ascm_fit *f, uint32_t i) {
     }
     n->slack = 0;
     n->is_slab = 0;
+    n->by_handle = 0;
     bin_insert(f, i);
 }
 

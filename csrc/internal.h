@@ -179,7 +179,9 @@ typedef struct ascm_fit_node {
     uint32_t prev_free, next_free; /* bin list; next_free links recycled nodes too */
     uint32_t slack;                /* used block: usable - requested bytes; slab storage: 0 */
     uint16_t bin;
-    uint8_t is_free, is_slab;
+    uint8_t is_free;
+    uint8_t is_slab : 1;
+    uint8_t by_handle : 1; /* used block known by its handle, not in the address map */
 } ascm_fit_node;
 
 typedef struct ascm_fit {
@@ -361,7 +363,8 @@ static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s
 
 /* The hot paths, inline so that the pool's alloc and free are one function
  * each: the call overhead was a tenth of a small pair's instructions. */
-static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off) {
+static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off,
+                                  uint32_t *slab, uint32_t *slot_out) {
     ascm_slab_class *k = &p->classes[cls];
     uint32_t si = k->partial;
     if (ASCM_UNLIKELY(!si)) {
@@ -382,6 +385,8 @@ static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uin
     s->slack[slot] = (uint16_t)(k->size - requested);
     if (--s->nfree == 0) ascm_slab_list_unlink(p, k, si);
     *off = s->off + (uint64_t)slot * k->size;
+    *slab = si;
+    *slot_out = slot;
     return ASCM_OK;
 }
 

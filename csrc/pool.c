@@ -229,27 +229,43 @@ static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested
     p->alloc_requested += requested;
 }
 
+/* Handles (ascmem.h): a slab slot's is its slab and slot under HANDLE_SLAB;
+ * a large block's is its fit node and first unit, so that a handle whose
+ * node now serves another place is refused. */
+#define HANDLE_SLAB (1ull << 63)
+static inline ascm_handle slab_handle(uint32_t si, uint32_t slot) {
+    return HANDLE_SLAB | ((uint64_t)si << 16) | slot; /* slots < 2^16: ASCM_SLAB_MAX_SLOTS */
+}
+static inline ascm_handle block_handle(uint32_t node, uint32_t unit) {
+    return ((uint64_t)node << 32) | unit; /* node >= 1: never 0, never HANDLE_SLAB */
+}
+
 /* With unmapped, a large block is not put in the blocks map: its node is
  * stored there (0 for a slab slot) for the caller to put, and `pending` such
- * puts are outstanding (room is reserved for them). */
+ * puts are outstanding (room is reserved for them).  With handle, it is not
+ * put there either: it is marked as known by its handle, returned there. */
 /* size: the bytes placed; requested: the caller's (size less a pad). */
 static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align,
-                               uint64_t *addr, uint32_t *unmapped, uint32_t pending) {
+                               uint64_t *addr, uint32_t *unmapped, uint32_t pending,
+                               ascm_handle *handle) {
     if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
     int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
     int st;
     if (ASCM_LIKELY(cls >= 0)) {
         uint64_t off;
-        st = ascm_slab_alloc(p, cls, requested, &off);
+        uint32_t si, slot;
+        st = ascm_slab_alloc(p, cls, requested, &off, &si, &slot);
         if (ASCM_LIKELY(st == ASCM_OK)) {
             if (unmapped) *unmapped = ASCM_NODE_NONE;
+            if (handle) *handle = slab_handle(si, slot);
             count_alloc(p, p->classes[cls].size, requested);
             *addr = p->base + off;
             return ASCM_OK;
         }
         /* no room for a whole slab: a block of a few units may still fit */
     }
-    if (ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
+    if (!handle && ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK))
+        return ASCM_ERR_HOSTMEM;
     uint32_t node = reuse_last_freed(p, size, requested, align);
     /* A fresh large block: spare slabs go back first.  Where they sit they
      * split free space that best fit would otherwise use: on the real traces
@@ -265,8 +281,10 @@ static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested, 
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
         st = take_block(p, size, align, requested, 0, &node);
     if (st == ASCM_OK) {
-        const ascm_fit_node *blk = &p->fit.nodes[node];
-        if (unmapped) *unmapped = node;
+        ascm_fit_node *blk = &p->fit.nodes[node];
+        blk->by_handle = handle != NULL; /* a reused kept block may have been either */
+        if (handle) *handle = block_handle(node, blk->off);
+        else if (unmapped) *unmapped = node;
         else ascm_map_put(&p->blocks, blk->off, node);
         count_alloc(p, (uint64_t)blk->len << p->gshift, requested);
         *addr = p->base + ((uint64_t)blk->off << p->gshift);
@@ -287,7 +305,7 @@ int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     ascm_pool_lock(p);
-    st = alloc_locked(p, size, size, align, addr, NULL, 0);
+    st = alloc_locked(p, size, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
     return st;
 }
@@ -297,7 +315,7 @@ int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t a
     int st = check_request(p, size + pad, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     ascm_pool_lock(p);
-    st = alloc_locked(p, size + pad, size, align, addr, NULL, 0);
+    st = alloc_locked(p, size + pad, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
     return st;
 }
@@ -320,6 +338,27 @@ static int lookup_locked(const ascm_pool *p, uint64_t addr, uint64_t *usable, ui
     return ascm_slab_lookup(p, off, usable, requested);
 }
 
+static inline void count_free(ascm_pool *p, uint64_t usable, uint64_t requested) {
+    p->used -= usable;
+    p->requested -= requested;
+    p->live_count--;
+    p->free_count++;
+    p->freed_bytes += usable;
+    p->freed_requested += requested;
+}
+
+/* A live large block out of the address map goes back: kept whole as the
+ * last freed block (see the top of this file). */
+static inline void free_large(ascm_pool *p, uint32_t node, uint64_t *usable, uint64_t *requested) {
+    const ascm_fit_node *blk = &p->fit.nodes[node];
+    *usable = (uint64_t)blk->len << p->gshift;
+    *requested = *usable - blk->slack;
+    if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, blk->off))
+        discharge_block(p, blk); /* a sleeping block's pages were given at sleep */
+    flush_last_freed(p);
+    p->last_freed = node;
+}
+
 static int free_locked(ascm_pool *p, uint64_t addr) {
     if (ASCM_UNLIKELY(addr < p->base || addr - p->base >= p->size)) return ASCM_ERR_BADFREE;
     uint64_t off = addr - p->base, usable, requested;
@@ -327,13 +366,7 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
     if (off - p->hot_off < p->hot_len) si = p->hot_slab; /* no large block inside a slab */
     else if (!(off & (p->gran - 1))) node = ascm_map_take(&p->blocks, (uint32_t)(off >> p->gshift));
     if (node) {
-        const ascm_fit_node *blk = &p->fit.nodes[node];
-        usable = (uint64_t)blk->len << p->gshift;
-        requested = usable - blk->slack;
-        if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, (uint32_t)(off >> p->gshift)))
-            discharge_block(p, blk); /* a sleeping block's pages were given at sleep */
-        flush_last_freed(p);
-        p->last_freed = node;
+        free_large(p, node, &usable, &requested);
     } else {
         if (!si) {
             si = ascm_slab_at(p, off);
@@ -345,13 +378,52 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
         int st = ascm_slab_free(p, si, off, &usable, &requested);
         if (st != ASCM_OK) return st;
     }
-    p->used -= usable;
-    p->requested -= requested;
-    p->live_count--;
-    p->free_count++;
-    p->freed_bytes += usable;
-    p->freed_requested += requested;
+    count_free(p, usable, requested);
     return ASCM_OK;
+}
+
+int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr, ascm_handle *h) {
+    int st = check_request(p, size, align);
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    ascm_pool_lock(p);
+    st = alloc_locked(p, size, size, align, addr, NULL, 0, h);
+    ascm_pool_unlock(p);
+    return st;
+}
+
+/* Every field of the handle is checked against the pool before anything is
+ * touched: an index past the arrays, a recycled slab, a free slot, a node
+ * that is free, kept, slab storage, in the address map or now at another
+ * unit is ASCM_ERR_BADFREE. */
+static int free_handle_locked(ascm_pool *p, ascm_handle h) {
+    uint64_t usable, requested;
+    if (h & HANDLE_SLAB) {
+        uint64_t si = (h >> 16) & 0x7fffffffffffull, slot = h & 0xffff;
+        if (ASCM_UNLIKELY(si == 0 || si >= p->nslabs_used || ((uintptr_t)p->slabs[si] & 1u)))
+            return ASCM_ERR_BADFREE;
+        const ascm_slab *s = p->slabs[si];
+        if (ASCM_UNLIKELY(slot >= s->count)) return ASCM_ERR_BADFREE;
+        int st = ascm_slab_free(p, (uint32_t)si, s->off + slot * p->classes[s->cls].size, &usable,
+                                &requested); /* refuses a free slot */
+        if (st != ASCM_OK) return st;
+    } else {
+        uint64_t node = h >> 32;
+        if (ASCM_UNLIKELY(node == 0 || node >= p->fit.nused)) return ASCM_ERR_BADFREE;
+        const ascm_fit_node *blk = &p->fit.nodes[node];
+        if (ASCM_UNLIKELY(!blk->by_handle || blk->is_free || blk->is_slab || !blk->len ||
+                          blk->off != (uint32_t)h || node == p->last_freed))
+            return ASCM_ERR_BADFREE;
+        free_large(p, (uint32_t)node, &usable, &requested);
+    }
+    count_free(p, usable, requested);
+    return ASCM_OK;
+}
+
+int ascm_pool_free_handle(ascm_pool *p, ascm_handle h) {
+    ascm_pool_lock(p);
+    int st = free_handle_locked(p, h);
+    ascm_pool_unlock(p);
+    return st;
 }
 
 int ascm_pool_free(ascm_pool *p, uint64_t addr) {
@@ -396,7 +468,7 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
             breathe_at += BATCH_SLICE;
         }
         st = check_request(p, sizes[i], align);
-        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], sizes[i], align, &addrs[i], &node, pending);
+        if (st == ASCM_OK) st = alloc_locked(p, sizes[i], sizes[i], align, &addrs[i], &node, pending, NULL);
         if (st != ASCM_OK) break;
         if (!node) continue;
         if (pending == BATCH_AHEAD) {
@@ -732,14 +804,14 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
             }
         }
         if (n->is_slab) continue; /* slab_check matches slabs with slabmap */
-        if (ascm_map_get(&p->blocks, n->off) != i) {
-            st = ascm_fail(msg, msglen, "used block at unit %llu is not in the block map",
-                           (unsigned long long)n->off);
+        if (n->by_handle ? ascm_map_get(&p->blocks, n->off) != 0 : ascm_map_get(&p->blocks, n->off) != i) {
+            st = ascm_fail(msg, msglen, "used block at unit %llu is %s the block map",
+                           (unsigned long long)n->off, n->by_handle ? "in" : "not in");
         } else if (n->slack >= p->gran + ASCM_MAX_PAD || n->slack >= len) {
             st = ascm_fail(msg, msglen, "block at unit %llu has a bad requested size",
                            (unsigned long long)n->off);
         }
-        large++;
+        large += !n->by_handle;
         live++;
         used += len;
         requested += len - n->slack;

@@ -29,6 +29,26 @@ def churn(Pool pool, uint64_t size, int n):
                 break
     return -1 if bad else addr
 
+def churn_by_handle(Pool pool, uint64_t size, int n):
+    \"\"\"As churn, through the handle entry points; returns the last handle.\"\"\"
+    cdef uint64_t addr = 0, handle = 0
+    cdef int i, bad = 0
+    with nogil:
+        for i in range(n):
+            if pool.alloc_handle_raw(size, 64, &addr, &handle) != 0 or pool.free_handle_raw(handle) != 0:
+                bad = 1
+                break
+    return -1 if bad else handle
+
+def keep_by_handle(Pool pool, uint64_t size):
+    cdef uint64_t addr, handle
+    if pool.alloc_handle_raw(size, 64, &addr, &handle) != 0:
+        raise MemoryError()
+    return addr, handle
+
+def free_by_handle(Pool pool, uint64_t handle):
+    return pool.free_handle_raw(handle)
+
 def keep(Pool pool, uint64_t size):
     cdef uint64_t addr
     if pool.alloc_raw(size, 64, &addr) != 0:
@@ -85,8 +105,24 @@ static PyObject *own_pool(PyObject *self, PyObject *noargs) {
     return Py_BuildValue("KKi", (unsigned long long)st.live_count, (unsigned long long)st.requested, ok);
 }
 
+/* allocate by handle, then free by handle twice: (addr, handle, first, second) */
+static PyObject *handle_roundtrip(PyObject *self, PyObject *args) {
+    PyObject *pool_obj;
+    unsigned long long size;
+    if (!PyArg_ParseTuple(args, "OK", &pool_obj, &size)) return NULL;
+    ascm_pool *p = ascm_api->pool_of(pool_obj);
+    if (!p) { PyErr_SetString(PyExc_TypeError, "not an ascmem.Pool"); return NULL; }
+    uint64_t addr;
+    ascm_handle h;
+    int st = ascm_api->pool_alloc_handle(p, size, 64, &addr, &h);
+    if (st) return PyErr_Format(PyExc_MemoryError, "%s", ascm_api->status_str(st));
+    int first = ascm_api->pool_free_handle(p, h), second = ascm_api->pool_free_handle(p, h);
+    return Py_BuildValue("KKii", (unsigned long long)addr, (unsigned long long)h, first, second);
+}
+
 static PyMethodDef methods[] = {
     {"roundtrip", roundtrip, METH_VARARGS, NULL},
+    {"handle_roundtrip", handle_roundtrip, METH_VARARGS, NULL},
     {"release", release, METH_VARARGS, NULL},
     {"own_pool", own_pool, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
@@ -145,6 +181,26 @@ def test_cython_extension_cimports_the_pool(built):
     d.free(x)
 
 
+@pytest.mark.parametrize("size", [100, 5000, 3 << 20])  # a slab slot, a 2-unit block, a large one
+def test_cython_extension_allocates_by_handle(built, size):
+    cy_user, _ = built
+    p = ascmem.Pool(1 << 26, base=1 << 32)
+    assert cy_user.churn_by_handle(p, size, 10000) > 0
+    addr, handle = cy_user.keep_by_handle(p, size)
+    s = p.stats()
+    assert s["live_count"] == 1 and s["requested"] == size  # statistics count it
+    p.check()
+    if size > 32768:  # a large block by handle is not known by its address
+        with pytest.raises(ascmem.InvalidFreeError):
+            p.free(addr)
+        p.check()
+    assert cy_user.free_by_handle(p, handle) == 0
+    assert cy_user.free_by_handle(p, handle) != 0  # twice: refused, nothing changed
+    assert cy_user.free_by_handle(p, 12345) != 0
+    assert p.stats()["live_count"] == 0
+    p.check()
+
+
 def test_c_extension_uses_the_capsule(built):
     _, capi_user = built
     p = ascmem.Pool(1 << 26, base=1 << 32)
@@ -155,6 +211,10 @@ def test_c_extension_uses_the_capsule(built):
     with pytest.raises(TypeError):
         capi_user.roundtrip(object(), 10)
     assert capi_user.own_pool() == (2, 1000 + (3 << 20), 0)
+    for size in (64, 3 << 20):
+        addr, handle, first, second = capi_user.handle_roundtrip(p, size)
+        assert handle != 0 and first == 0 and second != 0
+    assert p.stats()["live_count"] == 0
     p.check()
 
 

@@ -274,6 +274,95 @@ static void test_pool_random(void) {
     ascm_pool_destroy(p);
 }
 
+/* Handles: a random mix of blocks allocated by handle and by address, freed
+ * each its own way (slab slots by handle or address alike), on a contiguous
+ * and a paged pool; every wrong handle is refused with nothing changed. */
+static void test_pool_handles(void) {
+    for (int paged = 0; paged < 2; paged++) {
+        ascm_pool *p;
+        ascm_pool_config cfg = {.base = 1u << 30, .size = 48u << 20, .min_block = 4096,
+                                .page_size = 2u << 20, .charge = charge, .paged = paged};
+        charged = 0;
+        CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+        enum { N = 1024 };
+        static uint64_t addr[N];
+        static ascm_handle handle[N]; /* 0: allocated by address */
+        memset(addr, 0, sizeof addr);
+        memset(handle, 0, sizeof handle);
+        for (int step = 0; step < 100000; step++) {
+            int i = (int)(next_rand() % N);
+            if (addr[i]) {
+                int by_handle = handle[i] != 0;
+                int st = by_handle ? ascm_pool_free_handle(p, handle[i]) : ascm_pool_free(p, addr[i]);
+                CHECK(st == ASCM_OK);
+                if (by_handle) /* at once, before anything reuses its place: refused */
+                    CHECK(ascm_pool_free_handle(p, handle[i]) == ASCM_ERR_BADFREE);
+                addr[i] = 0;
+                handle[i] = 0;
+            } else {
+                unsigned shift = 5 + (unsigned)(next_rand() % 17); /* 32 B .. 2 MiB */
+                uint64_t size = 1 + next_rand() % (1ull << shift);
+                uint64_t align = 1ull << (next_rand() % 9);
+                int st;
+                if (next_rand() & 1) {
+                    st = ascm_pool_alloc_handle(p, size, align, &addr[i], &handle[i]);
+                    if (st == ASCM_OK) CHECK(handle[i] != 0);
+                } else {
+                    st = ascm_pool_alloc(p, size, align, &addr[i]);
+                }
+                CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM);
+                if (st == ASCM_OK) {
+                    CHECK(addr[i] % align == 0);
+                    uint64_t usable;
+                    /* a large block by handle is not known by its address */
+                    if (handle[i] && !(handle[i] >> 63))
+                        CHECK(ascm_pool_usable_size(p, addr[i], &usable) == ASCM_ERR_BADFREE);
+                } else {
+                    addr[i] = 0;
+                    handle[i] = 0;
+                }
+            }
+            if (step % 10000 == 0) POOL_OK(p);
+        }
+        POOL_OK(p);
+        ascm_stats before, after;
+        ascm_pool_stats(p, &before);
+        /* wrong handles: 0, each field out of range, a large block's handle
+         * freed by address, a slab handle with a free slot */
+        CHECK(ascm_pool_free_handle(p, 0) == ASCM_ERR_BADFREE);
+        CHECK(ascm_pool_free_handle(p, ~0ull) == ASCM_ERR_BADFREE);
+        CHECK(ascm_pool_free_handle(p, (1ull << 63) | (1ull << 16) | 0xffff) == ASCM_ERR_BADFREE);
+        CHECK(ascm_pool_free_handle(p, 0x7fffffff00000000ull) == ASCM_ERR_BADFREE);
+        for (int i = 0; i < N; i++) {
+            if (handle[i] && !(handle[i] >> 63)) {
+                CHECK(ascm_pool_free(p, addr[i]) == ASCM_ERR_BADFREE);
+                CHECK(ascm_pool_free_handle(p, handle[i] + 1) == ASCM_ERR_BADFREE); /* wrong unit */
+                break;
+            }
+        }
+        ascm_pool_stats(p, &after);
+        CHECK(after.live_count == before.live_count && after.used == before.used);
+        POOL_OK(p);
+        for (int i = 0; i < N; i++) {
+            if (!addr[i]) continue;
+            CHECK((handle[i] ? ascm_pool_free_handle(p, handle[i]) : ascm_pool_free(p, addr[i])) == ASCM_OK);
+        }
+        ascm_stats st;
+        ascm_pool_stats(p, &st);
+        CHECK(st.used == 0 && st.live_count == 0);
+        CHECK(charged == (int64_t)((paged ? st.mapped : st.pages_in_use * st.page_size)));
+        POOL_OK(p);
+        /* a reset makes every handle stale */
+        uint64_t a;
+        ascm_handle h;
+        CHECK(ascm_pool_alloc_handle(p, 1u << 20, 64, &a, &h) == ASCM_OK);
+        ascm_pool_reset(p);
+        CHECK(ascm_pool_free_handle(p, h) == ASCM_ERR_BADFREE);
+        POOL_OK(p);
+        ascm_pool_destroy(p);
+    }
+}
+
 static void test_pool_batch(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
@@ -831,6 +920,7 @@ int main(void) {
     test_pool_reuses_the_last_freed_large_block();
     test_pool_remembered_slab();
     test_pool_random();
+    test_pool_handles();
     test_pool_batch();
     test_exhaustion_soak();
     test_device_chunks();
@@ -841,6 +931,6 @@ int main(void) {
     test_pool_spares_count_as_free();
     test_paged_pool();
     test_acl_allocator_slots_under_callers();
-    printf("%d passed, %d failed\n", failures ? 0 : 16, failures ? 1 : 0);
+    printf("%d passed, %d failed\n", failures ? 0 : 17, failures ? 1 : 0);
     return failures ? 1 : 0;
 }

@@ -21,6 +21,8 @@ cdef extern from "ascmem_capi.h":
         int (*device_malloc)(ascm_device *, uint64_t, uint32_t, int, uint64_t *, int *, int *) noexcept nogil
         int (*device_free)(ascm_device *, uint64_t, unsigned, int *) noexcept nogil
         const char *(*status_str)(int) noexcept nogil
+        int (*pool_alloc_handle)(ascm_pool *, uint64_t, uint64_t, uint64_t *, uint64_t *) noexcept nogil
+        int (*pool_free_handle)(ascm_pool *, uint64_t) noexcept nogil
 
 
 cdef ascm_pool *_capi_pool_of(PyObject *o) noexcept:
@@ -48,5 +50,7 @@ _capi.device_of = _capi_device_of
 _capi.device_malloc = ascm_device_malloc
 _capi.device_free = ascm_device_free
 _capi.status_str = ascm_status_str
+_capi.pool_alloc_handle = ascm_pool_alloc_handle
+_capi.pool_free_handle = ascm_pool_free_handle
 
 _C_API = PyCapsule_New(<void *>&_capi, "ascmem._core._C_API", NULL)

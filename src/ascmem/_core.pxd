@@ -63,6 +63,10 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t align,
                              uint64_t *addrs, size_t *done)
     int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done)
+    ctypedef uint64_t ascm_handle
+    int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr,
+                               ascm_handle *h)
+    int ascm_pool_free_handle(ascm_pool *p, ascm_handle h)
     const char *ascm_status_str(int status)
 
     enum:
@@ -194,6 +198,12 @@ cdef class Pool:
     cdef int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil
     cdef int free_raw(self, uint64_t addr) noexcept nogil
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align)
+    # By handle (ascm_pool_alloc_handle): the free looks nothing up by
+    # address; a large block allocated so is known by its handle only.
+    # Declared last: extensions built against the methods above keep working.
+    cdef int alloc_handle_raw(self, uint64_t size, uint64_t align, uint64_t *addr,
+                              ascm_handle *handle) noexcept nogil
+    cdef int free_handle_raw(self, ascm_handle handle) noexcept nogil
 
 
 cdef class _DeviceReadout:

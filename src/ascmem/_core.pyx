@@ -332,6 +332,13 @@ cdef class Pool:
     cdef int free_raw(self, uint64_t addr) noexcept nogil:
         return ascm_pool_free(self._p, addr)
 
+    cdef int alloc_handle_raw(self, uint64_t size, uint64_t align, uint64_t *addr,
+                              ascm_handle *handle) noexcept nogil:
+        return ascm_pool_alloc_handle(self._p, size, align, addr, handle)
+
+    cdef int free_handle_raw(self, ascm_handle handle) noexcept nogil:
+        return ascm_pool_free_handle(self._p, handle)
+
     def alloc(self, nbytes, align=64):
         """Allocates nbytes at a multiple of align; returns the address."""
         cdef uint64_t addr, size = as_u64(nbytes, "size"), al = _align(align)
