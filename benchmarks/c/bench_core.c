@@ -1,12 +1,26 @@
 /* Times the C core without Python, on one core: the workloads of
  * workload.h, against ascm_pool with a 4 KiB unit -- as Python gets it (the
  * pool takes its lock on every call) and single-threaded (the caller
- * serialises calls, as OffsetAllocator's callers must). */
+ * serialises calls, as OffsetAllocator's callers must); by address, or
+ * built with -DBY_HANDLE (bench_core_handle) by handle: the caller keeps the
+ * handle, as OffsetAllocator's keeps its node. */
 #define _POSIX_C_SOURCE 199309L
 #include "ascmem.h"
 #include "workload.h"
 
 static int single_threaded;
+
+/* One allocation and one free: by address, or, built with -DBY_HANDLE, by
+ * handle (a binary of its own, so that each loop inlines one path). */
+#ifdef BY_HANDLE
+#define pair_alloc(p, size, addr, h) ascm_pool_alloc_handle(p, size, 64, addr, h)
+#define pair_free(p, addr, h) ascm_pool_free_handle(p, h)
+#define PATH "_handle"
+#else
+#define pair_alloc(p, size, addr, h) ascm_pool_alloc(p, size, 64, addr)
+#define pair_free(p, addr, h) ((void)(h), ascm_pool_free(p, addr))
+#define PATH ""
+#endif
 
 static ascm_pool *make_pool(uint64_t size) {
     ascm_pool *p;
@@ -21,18 +35,19 @@ static ascm_pool *make_pool(uint64_t size) {
 
 static double steady(void) {
     static uint64_t sizes[STEPS], victims[STEPS], live[LIVE];
+    static ascm_handle handles[LIVE];
     for (int i = 0; i < STEPS; i++) {
         sizes[i] = log_uniform();
         victims[i] = next_rand() % LIVE;
     }
     ascm_pool *p = make_pool(64ull << 30);
     for (int i = 0; i < LIVE; i++)
-        if (ascm_pool_alloc(p, log_uniform(), 64, &live[i]) != ASCM_OK) exit(2);
+        if (pair_alloc(p, log_uniform(), &live[i], &handles[i]) != ASCM_OK) exit(2);
     double t0 = now();
     for (int i = 0; i < STEPS; i++) {
         uint64_t v = victims[i];
-        ascm_pool_free(p, live[v]);
-        if (ascm_pool_alloc(p, sizes[i], 64, &live[v]) != ASCM_OK) exit(3);
+        pair_free(p, live[v], handles[v]);
+        if (pair_alloc(p, sizes[i], &live[v], &handles[v]) != ASCM_OK) exit(3);
     }
     double ns = (now() - t0) * 1e9 / STEPS;
     ascm_pool_destroy(p);
@@ -41,13 +56,14 @@ static double steady(void) {
 
 static double lifo(void) {
     static uint64_t sizes[LIFO_N], addrs[LIFO_N];
+    static ascm_handle handles[LIFO_N];
     for (int i = 0; i < LIFO_N; i++) sizes[i] = log_uniform();
     ascm_pool *p = make_pool(8ull << 30);
     double t0 = now();
     for (int r = 0; r < LIFO_ROUNDS; r++) {
         for (int i = 0; i < LIFO_N; i++)
-            if (ascm_pool_alloc(p, sizes[i], 64, &addrs[i]) != ASCM_OK) exit(4);
-        for (int i = LIFO_N - 1; i >= 0; i--) ascm_pool_free(p, addrs[i]);
+            if (pair_alloc(p, sizes[i], &addrs[i], &handles[i]) != ASCM_OK) exit(4);
+        for (int i = LIFO_N - 1; i >= 0; i--) pair_free(p, addrs[i], handles[i]);
     }
     double ns = (now() - t0) * 1e9 / ((double)LIFO_N * LIFO_ROUNDS);
     ascm_pool_destroy(p);
@@ -82,9 +98,10 @@ int main(int argc, char **argv) {
         su[i] = steady();
         lu[i] = lifo();
     }
-    printf("steady_ns_per_pair %.2f\nlifo_ns_per_pair %.2f\n", median(s, runs), median(l, runs));
-    printf("steady_single_threaded_ns_per_pair %.2f\nlifo_single_threaded_ns_per_pair %.2f\n",
-           median(su, runs), median(lu, runs));
+    printf("steady" PATH "_ns_per_pair %.2f\nlifo" PATH "_ns_per_pair %.2f\n", median(s, runs),
+           median(l, runs));
+    printf("steady" PATH "_single_threaded_ns_per_pair %.2f\nlifo" PATH
+           "_single_threaded_ns_per_pair %.2f\n", median(su, runs), median(lu, runs));
     printf("batch_ns_per_pair %.2f\n", median(b, runs));
     return 0;
 }

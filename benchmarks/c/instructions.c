@@ -5,6 +5,7 @@
  *   instructions steady N LO HI   the steady workload, N steps, sizes in [LO, HI]
  *   instructions lifo R           R rounds of the LIFO workload
  *   instructions batch R          R rounds of the 100,000-block batch
+ * Built with -DBY_HANDLE (instructions_handle_bin), steady and lifo go by handle.
  *
  * Each is run twice (N or R, and a baseline of 0 steps or 1 round) and the
  * difference divided by the pairs, so set-up and the random draws cancel. */
@@ -21,6 +22,18 @@ static ascm_pool *make_pool(uint64_t size) {
     return p;
 }
 
+/* One allocation and one free: by address, or, built with -DBY_HANDLE, by
+ * handle (a binary of its own, so that each loop inlines one path). */
+#ifdef BY_HANDLE
+#define pair_alloc(p, size, addr, h) ascm_pool_alloc_handle(p, size, 64, addr, h)
+#define pair_free(p, addr, h) ascm_pool_free_handle(p, h)
+#define PATH "_handle"
+#else
+#define pair_alloc(p, size, addr, h) ascm_pool_alloc(p, size, 64, addr)
+#define pair_free(p, addr, h) ((void)(h), ascm_pool_free(p, addr))
+#define PATH ""
+#endif
+
 static uint64_t draw(uint64_t lo, uint64_t hi) {
     for (;;) {
         uint64_t s = log_uniform();
@@ -33,6 +46,7 @@ int main(int argc, char **argv) {
         int n = atoi(argv[2]);
         uint64_t lo = strtoull(argv[3], NULL, 10), hi = strtoull(argv[4], NULL, 10);
         static uint64_t sizes[STEPS], victims[STEPS], live[LIVE];
+        static ascm_handle handles[LIVE];
         if (n < 0 || n > STEPS) return 2;
         for (int i = 0; i < STEPS / 10; i++) {
             sizes[i] = draw(lo, hi);
@@ -40,23 +54,25 @@ int main(int argc, char **argv) {
         }
         ascm_pool *p = make_pool(64ull << 30);
         for (int i = 0; i < LIVE; i++)
-            if (ascm_pool_alloc(p, draw(lo, hi), 64, &live[i]) != ASCM_OK) return 3;
+            if (pair_alloc(p, draw(lo, hi), &live[i], &handles[i]) != ASCM_OK) return 3;
         for (int i = 0; i < n; i++) {
             int k = i % (STEPS / 10);
-            ascm_pool_free(p, live[victims[k]]);
-            if (ascm_pool_alloc(p, sizes[k], 64, &live[victims[k]]) != ASCM_OK) return 3;
+            uint64_t v = victims[k];
+            pair_free(p, live[v], handles[v]);
+            if (pair_alloc(p, sizes[k], &live[v], &handles[v]) != ASCM_OK) return 3;
         }
         ascm_pool_destroy(p);
         return 0;
     }
     if (argc >= 3 && !strcmp(argv[1], "lifo")) {
         static uint64_t sizes[LIFO_N], addrs[LIFO_N];
+        static ascm_handle handles[LIFO_N];
         for (int i = 0; i < LIFO_N; i++) sizes[i] = log_uniform();
         ascm_pool *p = make_pool(8ull << 30);
         for (int r = atoi(argv[2]); r > 0; r--) {
             for (int i = 0; i < LIFO_N; i++)
-                if (ascm_pool_alloc(p, sizes[i], 64, &addrs[i]) != ASCM_OK) return 3;
-            for (int i = LIFO_N - 1; i >= 0; i--) ascm_pool_free(p, addrs[i]);
+                if (pair_alloc(p, sizes[i], &addrs[i], &handles[i]) != ASCM_OK) return 3;
+            for (int i = LIFO_N - 1; i >= 0; i--) pair_free(p, addrs[i], handles[i]);
         }
         ascm_pool_destroy(p);
         return 0;

@@ -143,8 +143,8 @@ def c_core(runs, peer=True):
     `make -C benchmarks/c bench_offset`, which downloads the tlsfallocator
     sdist; skipped when that fails).  The two alternate, run by run, so their
     ratio comes from one stretch of machine time.  Returns a dict of ns per
-    pair (steady, lifo, steady_single_threaded, lifo_single_threaded, batch,
-    and offset_steady, offset_lifo, offset_steady_by_offset when the peer was
+    pair (steady, lifo, steady_single_threaded, lifo_single_threaded, batch;
+    the same by handle: steady_handle, lifo_handle, ...; and offset_steady, offset_lifo, offset_steady_by_offset when the peer was
     built) or None."""
     root = os.path.normpath(os.path.join(HERE, "..", ".."))
     bench_dir = os.path.join(root, "benchmarks", "c")
@@ -160,17 +160,21 @@ def c_core(runs, peer=True):
         if built.returncode == 0:
             offset = os.path.join(bench_dir, "bench_offset")
     with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "bench_core")
+        exe, exe_handle = os.path.join(tmp, "bench_core"), os.path.join(tmp, "bench_core_handle")
         cfiles = sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".c"))
-        subprocess.run([cc, "-O3", "-flto", "-std=gnu11", "-I", csrc, "-I", bench_dir, "-o", exe,
-                        src, *cfiles, "-lm"], check=True)
+        for out, flags in ((exe, []), (exe_handle, ["-DBY_HANDLE"])):
+            subprocess.run([cc, "-O3", "-flto", "-std=gnu11", *flags, "-I", csrc, "-I", bench_dir,
+                            "-o", out, src, *cfiles, "-lm"], check=True)
         ours, theirs = [], []
         for _ in range(max(1, runs // 3) if runs > 1 else 1):
             ours.append(_run_pinned(exe, 3 if runs > 1 else 1))
+            ours[-1].update(_run_pinned(exe_handle, 3 if runs > 1 else 1))
             if offset:
                 theirs.append(_run_pinned(offset, 3 if runs > 1 else 1))
     result = {}
-    for key in ("steady", "lifo", "steady_single_threaded", "lifo_single_threaded", "batch"):
+    for key in ("steady", "lifo", "steady_single_threaded", "lifo_single_threaded", "batch",
+                "steady_handle", "lifo_handle", "steady_handle_single_threaded",
+                "lifo_handle_single_threaded"):
         result[key] = float(np.median([r[f"{key}_ns_per_pair"] for r in ours]))
     if theirs:
         for key in ("steady", "lifo", "steady_by_offset"):
@@ -303,6 +307,10 @@ def _run(args):
               f"LIFO {core['lifo']:.1f}; single-threaded pool (no lock) steady "
               f"{core['steady_single_threaded']:.1f}, LIFO {core['lifo_single_threaded']:.1f}; "
               f"the same 100,000-block batch {core['batch']:.1f}")
+        print(f"by handle (no lookup by address): steady {core['steady_handle']:.1f}, LIFO "
+              f"{core['lifo_handle']:.1f}; single-threaded steady "
+              f"{core['steady_handle_single_threaded']:.1f}, LIFO "
+              f"{core['lifo_handle_single_threaded']:.1f}")
         print(f"Python batch / C steady = {batch / core['steady']:.2f}x; "
               f"Python batch / C batch = {batch / core['batch']:.2f}x")
         if "offset_steady" in core:
@@ -312,6 +320,9 @@ def _run(args):
                   f"{core['lifo'] / core['offset_lifo']:.2f}x, single-threaded "
                   f"{core['steady_single_threaded'] / core['offset_steady']:.2f}x / "
                   f"{core['lifo_single_threaded'] / core['offset_lifo']:.2f}x (steady / LIFO)")
+            print(f"by handle / OffsetAllocator: single-threaded "
+                  f"{core['steady_handle_single_threaded'] / core['offset_steady']:.2f}x / "
+                  f"{core['lifo_handle_single_threaded'] / core['offset_lifo']:.2f}x (steady / LIFO)")
             print(f"OffsetAllocator freeing by offset (its caller keeps offset -> node in a "
                   f"std::unordered_map, as a free-by-address caller must): steady "
                   f"{core['offset_steady_by_offset']:.1f}; ascmem / that: "
