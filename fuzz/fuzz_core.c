@@ -1,6 +1,7 @@
 /* libFuzzer harness over the C core's public functions: the input is a
  * stream of operations on one pool, one buddy allocator, one paged pool
- * (allocations, frees, sleep and wake, trims; its map hook keeps a mirror of
+ * (allocations, frees by address and by handle -- valid, stale or made up --,
+ * sleep and wake, trims; its map hook keeps a mirror of
  * the mapped granules that must agree with the pool's statistics) and one
  * device (allocations, frees, batches, trims, and the device's lifecycle:
  * resets, a gate shut and reopened around calls, close).  Any crash, sanitizer
@@ -84,6 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ascm_device_create(&dc, &dev) || ascm_pool_create(&gc, &paged))
         abort();
     uint64_t live[4][SLOTS] = {{0}};
+    ascm_handle handles[SLOTS] = {0}; /* the pool's blocks allocated by handle */
     char msg[256];
     int closed = 0, epoch = 0;
     while (size) {
@@ -93,14 +95,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t req = take(&data, &size, 3) & ((1ull << shift) - 1);
         uint64_t align = 1ull << (take(&data, &size, 1) % 14);
         int kind, events;
-        switch (op % 13) {
+        switch (op % 15) {
         case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
             if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
                 live[0][slot] = 0;
             break;
-        case 1: /* pool free, valid or not */
+        case 1: /* pool free, valid or not (a large block allocated by handle: refused) */
             ascm_pool_free(pool, live[0][slot] ? live[0][slot] : req);
             live[0][slot] = 0;
+            if (handles[slot]) ascm_pool_free_handle(pool, handles[slot]);
+            handles[slot] = 0;
             break;
         case 2:
             if (!live[1][slot] && ascm_buddy_alloc(buddy, req, align, &live[1][slot]) != ASCM_OK)
@@ -155,9 +159,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         case 8: { /* nothing live in the pool: it must be whole again */
             ascm_stats st;
-            for (unsigned i = 0; i < SLOTS; i++)
-                if (live[0][i]) ascm_pool_free(pool, live[0][i]);
+            for (unsigned i = 0; i < SLOTS; i++) {
+                if (handles[i]) ascm_pool_free_handle(pool, handles[i]);
+                else if (live[0][i]) ascm_pool_free(pool, live[0][i]);
+            }
             memset(live[0], 0, sizeof live[0]);
+            memset(handles, 0, sizeof handles);
             ascm_pool_stats(pool, &st);
             if (st.live_count == 0 && (st.largest_free != st.capacity || st.free != st.capacity)) {
                 fprintf(stderr, "empty pool: largest_free %llu, free %llu of %llu\n",
@@ -183,6 +190,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             else ascm_pool_wake(paged, live[3][slot] ? live[3][slot] : req);
             mirror_state.refuse = 0;
             break;
+        case 12: /* pool alloc by handle */
+            if (!live[0][slot] &&
+                ascm_pool_alloc_handle(pool, req, align, &live[0][slot], &handles[slot]) != ASCM_OK) {
+                live[0][slot] = 0;
+                handles[slot] = 0;
+            }
+            break;
+        case 13: { /* free by handle: the slot's, twice at times, or bits from the input */
+            ascm_handle h = handles[slot] ? handles[slot] : take(&data, &size, 8);
+            int st = ascm_pool_free_handle(pool, h);
+            if (h == handles[slot] && st == ASCM_OK) {
+                if (req & 1) ascm_pool_free_handle(pool, h); /* stale now */
+                live[0][slot] = 0;
+                handles[slot] = 0;
+            }
+            break;
+        }
         default:
             if (req & 1) ascm_pool_trim(pool);
             if (req & 2) ascm_pool_trim(paged);
