@@ -25,6 +25,17 @@
  *
  * Every block (free or used) is a node; nodes are linked in address order,
  * so a freed block merges with free neighbours in O(1).
+ *
+ * Regions (paged pools only; a contiguous pool has one): the range is cut
+ * into equal regions, each with bins of its own, and the pool sends each
+ * size class to a region of its own (pool.c, region_for).  Free blocks do
+ * not merge across a region boundary, so a class keeps its region's space;
+ * a request its region cannot serve takes best fit in the nearest region
+ * that can, and one no single free block can serve joins free neighbours
+ * across boundaries (fuse_run).  Why: in a paged pool a granule is mapped
+ * while any live byte is in it; blocks of one size class have similar
+ * lifetimes, and mixed in one region the long-lived ones pin granules the
+ * short-lived ones leave (the figures are in pool.c).
  */
 #include "internal.h"
 
@@ -40,44 +51,64 @@ static inline uint32_t bin_of(uint64_t len) {
     return (1u << SUB) + ((fl - SUB) << SUB) + (uint32_t)((len >> (fl - SUB)) & ((1u << SUB) - 1));
 }
 
-static inline void bin_insert(ascm_fit *f, uint32_t i) {
+#define BIN_MASK ((1u << ASCM_FIT_BIN_BITS) - 1)
+
+/* Every function below that takes `regions` is called with a constant:
+ * 0 for a fit with one region (the bins are f->one, a node's bin field is
+ * its bin, nothing else is looked at: the contiguous pools' code as it was
+ * before regions), 1 for a fit with several. */
+ASCM_SPECIALISED ascm_fit_bins *bins_at(ascm_fit *f, uint32_t r, int regions) {
+    return regions && r ? &f->extra[r - 1] : &f->one;
+}
+
+/* Into the bins of the region its start lies in (a node keeps that region
+ * while it stays free, even if its start moves on: see ascm_fit_take). */
+ASCM_SPECIALISED void bin_insert(ascm_fit *f, uint32_t i, int regions) {
     ascm_fit_node *n = &f->nodes[i];
-    uint32_t b = bin_of(n->len);
-    n->bin = (uint16_t)b;
+    uint32_t b = bin_of(n->len), r = regions ? n->off >> f->region_shift : 0;
+    ascm_fit_bins *B = bins_at(f, r, regions);
+    n->bin = (uint16_t)(b | (r << ASCM_FIT_BIN_BITS));
     n->is_free = 1;
     n->prev_free = ASCM_NODE_NONE;
-    n->next_free = f->bin_head[b];
+    n->next_free = B->head[b];
     if (n->next_free) f->nodes[n->next_free].prev_free = i;
-    f->bin_head[b] = i;
-    f->bin_bits[b >> 6] |= 1ull << (b & 63);
-    f->bin_words |= 1ull << (b >> 6);
+    B->head[b] = i;
+    B->bits[b >> 6] |= 1ull << (b & 63);
+    B->words |= 1ull << (b >> 6);
     f->free_units += n->len;
 }
 
-static inline void bin_remove(ascm_fit *f, uint32_t i) {
+ASCM_SPECIALISED void bin_remove(ascm_fit *f, uint32_t i, int regions) {
     ascm_fit_node *n = &f->nodes[i];
-    uint32_t b = n->bin;
+    uint32_t b = regions ? n->bin & BIN_MASK : n->bin;
+    ascm_fit_bins *B = bins_at(f, regions ? (uint32_t)n->bin >> ASCM_FIT_BIN_BITS : 0, regions);
     if (n->prev_free) f->nodes[n->prev_free].next_free = n->next_free;
-    else f->bin_head[b] = n->next_free;
+    else B->head[b] = n->next_free;
     if (n->next_free) f->nodes[n->next_free].prev_free = n->prev_free;
-    if (!f->bin_head[b]) {
-        f->bin_bits[b >> 6] &= ~(1ull << (b & 63));
-        if (!f->bin_bits[b >> 6]) f->bin_words &= ~(1ull << (b >> 6));
+    if (!B->head[b]) {
+        B->bits[b >> 6] &= ~(1ull << (b & 63));
+        if (!B->bits[b >> 6]) B->words &= ~(1ull << (b >> 6));
     }
     n->is_free = 0;
     f->free_units -= n->len;
 }
 
-/* First non-empty bin at or after b, or ASCM_FIT_BINS. */
-static inline uint32_t next_bin(const ascm_fit *f, uint32_t b) {
+/* First non-empty bin of B at or after b, or ASCM_FIT_BINS. */
+static inline uint32_t next_bin(const ascm_fit_bins *B, uint32_t b) {
     if (b >= ASCM_FIT_BINS) return ASCM_FIT_BINS;
     uint32_t w = b >> 6;
-    uint64_t bits = f->bin_bits[w] & (~0ull << (b & 63));
+    uint64_t bits = B->bits[w] & (~0ull << (b & 63));
     if (bits) return (w << 6) | ascm_ctz64(bits);
-    uint64_t words = w + 1 < 64 ? f->bin_words & (~0ull << (w + 1)) : 0;
+    uint64_t words = w + 1 < 64 ? B->words & (~0ull << (w + 1)) : 0;
     if (!words) return ASCM_FIT_BINS;
     w = ascm_ctz64(words);
-    return (w << 6) | ascm_ctz64(f->bin_bits[w]);
+    return (w << 6) | ascm_ctz64(B->bits[w]);
+}
+
+/* Whether unit off starts a region other than the first: free blocks do
+ * not merge across it. */
+ASCM_SPECIALISED int region_start(const ascm_fit *f, uint32_t off, int regions) {
+    return regions && off && !(off & f->region_mask);
 }
 
 /* Makes room for two new nodes, so that node_take cannot fail or move the
@@ -128,24 +159,48 @@ static inline uint32_t split_front(ascm_fit *f, uint32_t x, uint32_t len) {
     return i;
 }
 
+/* One free node per region, in address order (nodes 1..nregions). */
 void ascm_fit_reset(ascm_fit *f) {
-    memset(f->bin_head, 0, sizeof f->bin_head);
-    memset(f->bin_bits, 0, sizeof f->bin_bits);
-    f->bin_words = 0;
+    memset(&f->one, 0, sizeof f->one);
+    if (f->extra) memset(f->extra, 0, (f->nregions - 1) * sizeof *f->extra);
     f->free_units = 0;
     f->recycled = ASCM_NODE_NONE;
     memset(&f->nodes[0], 0, sizeof f->nodes[0]);
-    f->nused = 2;
-    ascm_fit_node *all = &f->nodes[1];
-    memset(all, 0, sizeof *all);
-    all->len = (uint32_t)f->nunits;
-    bin_insert(f, 1);
+    f->nused = 1 + f->nregions;
+    for (uint32_t r = 0; r < f->nregions; r++) {
+        ascm_fit_node *n = &f->nodes[1 + r];
+        uint64_t start = (uint64_t)r << f->region_shift, end = start + f->region_mask + 1ull;
+        memset(n, 0, sizeof *n);
+        n->off = (uint32_t)start;
+        n->len = (uint32_t)((end < f->nunits ? end : f->nunits) - start);
+        n->prev_phys = r ? r : ASCM_NODE_NONE;
+        n->next_phys = r + 1 < f->nregions ? r + 2 : ASCM_NODE_NONE;
+        if (f->nregions > 1) bin_insert(f, 1 + r, 1);
+        else bin_insert(f, 1 + r, 0);
+    }
 }
 
-int ascm_fit_init(ascm_fit *f, uint64_t nunits) {
+int ascm_fit_init(ascm_fit *f, uint64_t nunits, uint32_t nregions) {
     memset(f, 0, sizeof *f);
     f->nunits = nunits;
-    f->ncap = INITIAL_NODES;
+    f->nregions = 1;
+    f->region_shift = 32;
+    f->region_mask = UINT32_MAX;
+    if (nregions > ASCM_FIT_MAX_REGIONS) nregions = ASCM_FIT_MAX_REGIONS;
+    if (nregions > 1 && nunits >= nregions) {
+        /* the smallest power of two of units that cuts the range into at
+         * most nregions parts */
+        unsigned shift = 0;
+        while (((nunits - 1) >> shift) + 1 > nregions) shift++;
+        f->nregions = (uint32_t)(((nunits - 1) >> shift) + 1);
+        if (f->nregions > 1) {
+            f->region_shift = shift;
+            f->region_mask = (uint32_t)((1ull << shift) - 1);
+            f->extra = calloc(f->nregions - 1, sizeof *f->extra);
+            if (!f->extra) return ASCM_ERR_HOSTMEM;
+        }
+    }
+    f->ncap = INITIAL_NODES > 2 * f->nregions ? INITIAL_NODES : 2 * f->nregions;
     f->nodes = malloc(f->ncap * sizeof *f->nodes);
     if (!f->nodes) return ASCM_ERR_HOSTMEM;
     ascm_fit_reset(f);
@@ -155,14 +210,16 @@ int ascm_fit_init(ascm_fit *f, uint64_t nunits) {
 void ascm_fit_destroy(ascm_fit *f) {
     free(f->nodes);
     f->nodes = NULL;
+    free(f->extra);
+    f->extra = NULL;
 }
 
-/* Smallest block of at least need units in bin b (ties: lowest address, or
- * highest when high). */
-static inline uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need, int high) {
+/* Smallest block of at least need units in the list from head (ties: lowest
+ * address, or highest when high). */
+static inline uint32_t best_in_bin(const ascm_fit *f, uint32_t head, uint64_t need, int high) {
     uint32_t best = ASCM_NODE_NONE;
     unsigned seen = 0;
-    for (uint32_t i = f->bin_head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
+    for (uint32_t i = head; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
         const ascm_fit_node *n = &f->nodes[i];
         if (n->len < need) continue;
         if (!best || n->len < f->nodes[best].len ||
@@ -172,16 +229,72 @@ static inline uint32_t best_in_bin(const ascm_fit *f, uint32_t b, uint64_t need,
     return best;
 }
 
-int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *out) {
+/* Best fit for need units among the free blocks of one region, or 0. */
+static inline uint32_t find_in(const ascm_fit *f, const ascm_fit_bins *B, uint64_t need, int high) {
+    uint32_t b = bin_of(need);
+    uint32_t x = B->head[b] ? best_in_bin(f, B->head[b], need, high) : ASCM_NODE_NONE;
+    if (!x) {
+        uint32_t b2 = next_bin(B, b + 1);
+        if (b2 == ASCM_FIT_BINS) return ASCM_NODE_NONE;
+        x = best_in_bin(f, B->head[b2], need, high);
+    }
+    return x;
+}
+
+/* The region's bins had nothing: the nearest region that has, looking
+ * alternately above and below. */
+static uint32_t find_elsewhere(const ascm_fit *f, uint32_t region, uint64_t need, int high) {
+    for (uint32_t d = 1; d < f->nregions; d++) {
+        uint32_t x = region + d < f->nregions ? find_in(f, bins_at((ascm_fit *)f, region + d, 1), need, high) : 0;
+        if (!x && d <= region) x = find_in(f, bins_at((ascm_fit *)f, region - d, 1), need, high);
+        if (x) return x;
+    }
+    return ASCM_NODE_NONE;
+}
+
+/* No single free block holds need units: joins the first run of free
+ * neighbours (across region boundaries) that does, into one block in the
+ * bins of the run's first region; 0 if there is none.  O(blocks), on the
+ * way to an out-of-memory error only. */
+static uint32_t fuse_run(ascm_fit *f, uint64_t need) {
+    uint32_t i = ASCM_NODE_NONE;
+    for (uint32_t j = 1; j < f->nused && !i; j++)
+        if (f->nodes[j].len && f->nodes[j].off == 0) i = j;
+    uint32_t first = ASCM_NODE_NONE;
+    uint64_t run = 0;
+    for (; i; i = f->nodes[i].next_phys) {
+        if (!f->nodes[i].is_free) {
+            first = ASCM_NODE_NONE;
+            run = 0;
+            continue;
+        }
+        if (!first) first = i;
+        run += f->nodes[i].len;
+        if (run >= need) break;
+    }
+    if (!i) return ASCM_NODE_NONE;
+    uint32_t end = f->nodes[i].next_phys;
+    bin_remove(f, first, 1);
+    for (uint32_t j = f->nodes[first].next_phys; j != end;) {
+        uint32_t next = f->nodes[j].next_phys;
+        bin_remove(f, j, 1);
+        f->nodes[first].len += f->nodes[j].len;
+        node_recycle(f, j);
+        j = next;
+    }
+    f->nodes[first].next_phys = end;
+    if (end) f->nodes[end].prev_phys = first;
+    bin_insert(f, first, 1);
+    return first;
+}
+
+ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t region,
+                          uint32_t *out, int regions) {
     uint64_t need = n + align_units - 1; /* room to slide the start to alignment */
     if (need < n || need > f->nunits) return ASCM_ERR_NOMEM;
-    uint32_t b = bin_of(need);
-    uint32_t x = f->bin_head[b] ? best_in_bin(f, b, need, high) : ASCM_NODE_NONE;
-    if (!x) {
-        uint32_t b2 = next_bin(f, b + 1);
-        if (b2 == ASCM_FIT_BINS) return ASCM_ERR_NOMEM;
-        x = best_in_bin(f, b2, need, high);
-    }
+    uint32_t x = find_in(f, bins_at(f, region, regions), need, high);
+    if (regions && !x && !(x = find_elsewhere(f, region, need, high))) x = fuse_run(f, need);
+    if (!x) return ASCM_ERR_NOMEM;
     /* Room for the split's nodes first: growing the array moves it.  The low
      * end of a block is used unless high, so a head gap only comes from
      * alignment or high; an exact fit (the commonest case in the steady
@@ -190,11 +303,12 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
     ascm_fit_node *blk = &f->nodes[x];
     if (high && blk->len < n * HIGH_REGION) high = 0;
     if (!high && blk->len > n && !(blk->off & (align_units - 1)) &&
-        bin_of(blk->len - n) == blk->bin) {
+        bin_of(blk->len - n) == (regions ? blk->bin & BIN_MASK : blk->bin)) {
         /* Carving the low end of a free block whose rest stays in the same
          * bin (a large free region: LIFO and batch use): the free block keeps
-         * its node and its place in the bin, the carved part gets a new node,
-         * and no bin list is touched. */
+         * its node and its place in the bin (and region, should its start
+         * move into the next), the carved part gets a new node, and no bin
+         * list is touched. */
         uint32_t u = split_front(f, x, (uint32_t)n);
         ascm_fit_node *used = &f->nodes[u];
         used->is_free = 0;
@@ -205,11 +319,11 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         *out = u;
         return ASCM_OK;
     }
-    bin_remove(f, x);
+    bin_remove(f, x, regions);
     uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
                           : (blk->off + align_units - 1) & ~(align_units - 1);
     if (start > blk->off) /* the part before start stays free */
-        bin_insert(f, split_front(f, x, (uint32_t)(start - blk->off)));
+        bin_insert(f, split_front(f, x, (uint32_t)(start - blk->off)), regions);
     if (blk->len > n) { /* the part after start + n stays free */
         uint32_t tail_node = node_take(f);
         ascm_fit_node *t = &f->nodes[tail_node];
@@ -220,7 +334,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
         if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
         blk->next_phys = tail_node;
         blk->len = (uint32_t)n;
-        bin_insert(f, tail_node);
+        bin_insert(f, tail_node, regions);
     }
     blk->slack = 0;
     blk->is_slab = 0;
@@ -229,11 +343,21 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
     return ASCM_OK;
 }
 
-void ascm_fit_give(ascm_fit *f, uint32_t i) {
+/* `inline`: a hint for LTO to inline it into the pool's one caller, as it
+ * did before regions (steady C benchmark 494 -> 476 instructions a pair). */
+inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *out) {
+    return take(f, n, align_units, high, 0, out, 0);
+}
+
+int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint32_t *out) {
+    return take(f, n, align_units, 0, region, out, 1);
+}
+
+ASCM_SPECIALISED void give(ascm_fit *f, uint32_t i, int regions) {
     ascm_fit_node *n = &f->nodes[i];
     uint32_t prev = n->prev_phys, next = n->next_phys;
-    if (prev && f->nodes[prev].is_free) {
-        bin_remove(f, prev);
+    if (prev && f->nodes[prev].is_free && !region_start(f, n->off, regions)) {
+        bin_remove(f, prev, regions);
         ascm_fit_node *p = &f->nodes[prev];
         p->len += n->len;
         p->next_phys = next;
@@ -242,8 +366,8 @@ void ascm_fit_give(ascm_fit *f, uint32_t i) {
         i = prev;
         n = p;
     }
-    if (next && f->nodes[next].is_free) {
-        bin_remove(f, next);
+    if (next && f->nodes[next].is_free && !region_start(f, f->nodes[next].off, regions)) {
+        bin_remove(f, next, regions);
         n->len += f->nodes[next].len;
         n->next_phys = f->nodes[next].next_phys;
         if (n->next_phys) f->nodes[n->next_phys].prev_phys = i;
@@ -252,15 +376,33 @@ void ascm_fit_give(ascm_fit *f, uint32_t i) {
     n->slack = 0;
     n->is_slab = 0;
     n->by_handle = 0;
-    bin_insert(f, i);
+    bin_insert(f, i, regions);
 }
 
+void ascm_fit_give(ascm_fit *f, uint32_t i) {
+    if (ASCM_UNLIKELY(f->nregions > 1)) give(f, i, 1);
+    else give(f, i, 0);
+}
+
+/* The largest request that succeeds: the largest free block, or with
+ * regions the longest run of free neighbours (fuse_run joins them). */
 uint64_t ascm_fit_largest(const ascm_fit *f) {
-    if (!f->bin_words) return 0;
-    uint32_t w = 63 - (uint32_t)__builtin_clzll(f->bin_words);
-    uint32_t b = (w << 6) | ascm_log2_floor(f->bin_bits[w]);
     uint64_t best = 0;
-    for (uint32_t i = f->bin_head[b]; i; i = f->nodes[i].next_free)
+    if (f->nregions > 1) {
+        uint32_t i = ASCM_NODE_NONE;
+        for (uint32_t j = 1; j < f->nused && !i; j++)
+            if (f->nodes[j].len && f->nodes[j].off == 0) i = j;
+        for (uint64_t run = 0; i; i = f->nodes[i].next_phys) {
+            run = f->nodes[i].is_free ? run + f->nodes[i].len : 0;
+            if (run > best) best = run;
+        }
+        return best;
+    }
+    const ascm_fit_bins *B = &f->one;
+    if (!B->words) return 0;
+    uint32_t w = 63 - (uint32_t)__builtin_clzll(B->words);
+    uint32_t b = (w << 6) | ascm_log2_floor(B->bits[w]);
+    for (uint32_t i = B->head[b]; i; i = f->nodes[i].next_free)
         if (f->nodes[i].len > best) best = f->nodes[i].len;
     return best;
 }
@@ -283,10 +425,10 @@ int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen) {
             return ascm_fail(msg, msglen, "block at unit %llu has a wrong back link",
                              (unsigned long long)n->off);
         if (n->is_free) {
-            if (prev && f->nodes[prev].is_free)
+            if (prev && f->nodes[prev].is_free && !region_start(f, n->off, f->nregions > 1))
                 return ascm_fail(msg, msglen, "free blocks at units %llu and before were not merged",
                                  (unsigned long long)n->off);
-            if (n->bin != bin_of(n->len))
+            if ((n->bin & BIN_MASK) != bin_of(n->len) || (uint32_t)(n->bin >> ASCM_FIT_BIN_BITS) >= f->nregions)
                 return ascm_fail(msg, msglen, "free block at unit %llu is in the wrong bin",
                                  (unsigned long long)n->off);
             free_units += n->len;
@@ -297,20 +439,26 @@ int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen) {
     if (off != f->nunits) return ascm_fail(msg, msglen, "blocks cover %llu of %llu units",
                                            (unsigned long long)off, (unsigned long long)f->nunits);
     if (free_units != f->free_units) return ascm_fail(msg, msglen, "free unit count is wrong");
-    uint64_t listed = 0;
-    for (uint32_t b = 0; b < ASCM_FIT_BINS; b++) {
-        int bit = (int)((f->bin_bits[b >> 6] >> (b & 63)) & 1);
-        if (bit != (f->bin_head[b] != 0)) return ascm_fail(msg, msglen, "bin %u bitmap is wrong", b);
-        uint32_t p = ASCM_NODE_NONE;
-        for (uint32_t i = f->bin_head[b]; i; i = f->nodes[i].next_free) {
-            if (!f->nodes[i].is_free || f->nodes[i].bin != b || f->nodes[i].prev_free != p)
-                return ascm_fail(msg, msglen, "bin %u list is broken", b);
-            if (++listed > f->nused) return ascm_fail(msg, msglen, "bin %u list has a cycle", b);
-            p = i;
+    uint64_t listed = 0, listed_units = 0;
+    for (uint32_t r = 0; r < f->nregions; r++) {
+        const ascm_fit_bins *B = r ? &f->extra[r - 1] : &f->one;
+        for (uint32_t b = 0; b < ASCM_FIT_BINS; b++) {
+            int bit = (int)((B->bits[b >> 6] >> (b & 63)) & 1);
+            if (bit != (B->head[b] != 0)) return ascm_fail(msg, msglen, "bin %u bitmap is wrong", b);
+            uint32_t p = ASCM_NODE_NONE;
+            for (uint32_t i = B->head[b]; i; i = f->nodes[i].next_free) {
+                if (!f->nodes[i].is_free || f->nodes[i].bin != (b | (r << ASCM_FIT_BIN_BITS)) ||
+                    f->nodes[i].prev_free != p)
+                    return ascm_fail(msg, msglen, "bin %u list is broken", b);
+                if (++listed > f->nused) return ascm_fail(msg, msglen, "bin %u list has a cycle", b);
+                listed_units += f->nodes[i].len;
+                p = i;
+            }
         }
+        for (uint32_t w = 0; w < (ASCM_FIT_BINS + 63) / 64; w++)
+            if ((int)((B->words >> w) & 1) != (B->bits[w] != 0))
+                return ascm_fail(msg, msglen, "bin summary word %u is wrong", w);
     }
-    for (uint32_t w = 0; w < (ASCM_FIT_BINS + 63) / 64; w++)
-        if ((int)((f->bin_words >> w) & 1) != (f->bin_bits[w] != 0))
-            return ascm_fail(msg, msglen, "bin summary word %u is wrong", w);
+    if (listed_units != free_units) return ascm_fail(msg, msglen, "a free block is in no bin");
     return ASCM_OK;
 }

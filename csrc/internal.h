@@ -14,11 +14,15 @@
 /* A function that only prefetches looks pure to GCC: unless it is inlined
  * before that analysis, the call, and the prefetch, are deleted. */
 #define ASCM_PREFETCHER static inline __attribute__((always_inline))
+/* A function called with a constant argument that selects a variant, so
+ * that each call site compiles to that variant alone (fit.c's regions). */
+#define ASCM_SPECIALISED static inline __attribute__((always_inline))
 #define ASCM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define ASCM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define ASCM_PREFETCH(p) ((void)(p))
 #define ASCM_PREFETCHER static inline
+#define ASCM_SPECIALISED static inline
 #define ASCM_LIKELY(x) (x)
 #define ASCM_UNLIKELY(x) (x)
 #endif
@@ -184,23 +188,42 @@ typedef struct ascm_fit_node {
     uint8_t by_handle : 1; /* used block known by its handle, not in the address map */
 } ascm_fit_node;
 
+/* Free blocks by size: the bins of one region. */
+typedef struct ascm_fit_bins {
+    uint32_t head[ASCM_FIT_BINS];
+    uint64_t bits[(ASCM_FIT_BINS + 63) / 64];
+    uint64_t words; /* bit w: bits[w] != 0 */
+} ascm_fit_bins;
+
+/* Regions (paged pools, see fit.c): the range is cut into nregions equal
+ * parts, each with bins of its own; a free node's bin field holds its bin in
+ * the low bits and its region above them. */
+#define ASCM_FIT_BIN_BITS 11 /* ASCM_FIT_BINS <= 2^11 */
+#define ASCM_FIT_MAX_REGIONS 32u /* 16-bit bin field: 5 bits of region */
+
 typedef struct ascm_fit {
     uint64_t nunits;               /* < 2^32 */
     uint64_t free_units;
     ascm_fit_node *nodes; /* nodes[0] is the null node */
     uint32_t ncap, nused, recycled;
-    uint32_t bin_head[ASCM_FIT_BINS];
-    uint64_t bin_bits[(ASCM_FIT_BINS + 63) / 64];
-    uint64_t bin_words; /* bit w: bin_bits[w] != 0 */
+    uint32_t nregions;
+    uint32_t region_mask;  /* units per region - 1 (regions only) */
+    unsigned region_shift; /* log2 of units per region (regions only) */
+    ascm_fit_bins one;     /* the bins of region 0, the only one of most pools */
+    ascm_fit_bins *extra;  /* regions 1 .. nregions - 1 */
 } ascm_fit;
 
-int ascm_fit_init(ascm_fit *f, uint64_t nunits);
+/* nregions 1: plain best fit over the range; more: see fit.c. */
+int ascm_fit_init(ascm_fit *f, uint64_t nunits, uint32_t nregions);
 void ascm_fit_destroy(ascm_fit *f);
 void ascm_fit_reset(ascm_fit *f);
 /* Takes n units starting at a multiple of align_units, from the low end of
  * the best-fitting free block (with high, from its high end if the block is
  * a large free region: see fit.c); returns the node. */
 int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *node);
+/* With regions (nregions > 1): as ascm_fit_take, from the given region's
+ * free blocks first (fit.c). */
+int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint32_t *node);
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
 int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);

@@ -363,6 +363,55 @@ static void test_pool_handles(void) {
     }
 }
 
+/* A paged pool large enough for class regions (fit.c): random mixed sizes
+ * stay consistent; a block larger than a region joins free neighbours across
+ * boundaries; an empty pool is whole again (largest_free = capacity) and
+ * serves one block of its whole range. */
+static void test_paged_regions(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1ull << 36, .size = 64u << 20, .min_block = 4096,
+                            .page_size = 64u << 10, .paged = 1};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(p->fit.nregions == 16); /* 1024 granules: 16 regions of 64 */
+    enum { N = 512 };
+    static uint64_t live[N];
+    memset(live, 0, sizeof live);
+    for (int step = 0; step < 60000; step++) {
+        int i = (int)(next_rand() % N);
+        if (live[i]) {
+            CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+            live[i] = 0;
+        } else {
+            unsigned shift = 5 + (unsigned)(next_rand() % 19); /* 32 B .. 8 MiB */
+            uint64_t size = 1 + next_rand() % (1ull << shift);
+            int st = ascm_pool_alloc(p, size, 64, &live[i]);
+            CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM);
+            if (st != ASCM_OK) live[i] = 0;
+        }
+        if (step % 5000 == 0) POOL_OK(p);
+    }
+    POOL_OK(p);
+    for (int i = 0; i < N; i++)
+        if (live[i]) CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.free == st.capacity && st.largest_free == st.capacity);
+    uint64_t a, b, c;
+    CHECK(ascm_pool_alloc(p, 9u << 20, 64, &a) == ASCM_OK); /* over two regions: joined */
+    CHECK(ascm_pool_alloc(p, 100u << 10, 64, &b) == ASCM_OK);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK && ascm_pool_free(p, b) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 64u << 20, 64, &c) == ASCM_OK && c == cfg.base); /* the whole range */
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    CHECK(st.largest_free == st.capacity && st.mapped == 0);
+    POOL_OK(p);
+    ascm_pool_reset(p);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 static void test_pool_batch(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
@@ -921,6 +970,7 @@ int main(void) {
     test_pool_remembered_slab();
     test_pool_random();
     test_pool_handles();
+    test_paged_regions();
     test_pool_batch();
     test_exhaustion_soak();
     test_device_chunks();
@@ -931,6 +981,6 @@ int main(void) {
     test_pool_spares_count_as_free();
     test_paged_pool();
     test_acl_allocator_slots_under_callers();
-    printf("%d passed, %d failed\n", failures ? 0 : 17, failures ? 1 : 0);
+    printf("%d passed, %d failed\n", failures ? 0 : 18, failures ? 1 : 0);
     return failures ? 1 : 0;
 }
