@@ -101,8 +101,8 @@ static inline void flush_last_freed(ascm_pool *p) {
  * blocks of other sizes leave.  Physical efficiency (peak live / peak
  * mapped, `ascmem fit --paged`), plain best fit -> classes, 2 MiB granules:
  * the recorded pipeline 0.886 -> 0.915, batch_inference 0.992 -> 0.998, a CNN
- * training trace 0.971 -> ... , the other real-model traces unchanged; at
- * 64 KiB the pipeline 0.992 -> 0.996 and the decoder 0.987 -> ....
+ * training trace 0.971 -> 0.994, every other trace unchanged; at 64 KiB the
+ * pipeline 0.992 -> 0.996 and the decoder 0.987 -> 0.990.
  * (scripts/paged_placement_sim.py tries rules before they are written here:
  * a region per exact size below a granule, 0.931 on the pipeline, cost the
  * decoder 0.936 -> 0.702; two regions, under and over a granule, cost
