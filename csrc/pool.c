@@ -637,6 +637,7 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->metadata_bytes = sizeof *p + ascm_map_bytes(&p->blocks) + ascm_map_bytes(&p->slabmap) +
                          (p->page_refs ? p->npages * sizeof *p->page_refs : 0) +
                          p->fit.ncap * sizeof *p->fit.nodes +
+                         (p->fit.nregions - 1) * sizeof *p->fit.extra + /* regions' bins */
                          ascm_slab_metadata_bytes(p) +
                          (p->paging ? sizeof *p->paging + ascm_hbm_bytes(&p->paging->kept) : 0);
     if (p->paging) {

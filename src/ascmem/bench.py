@@ -182,6 +182,14 @@ def c_core(runs, peer=True):
     return result
 
 
+_CPUS = set()  # the CPUs this process could run on before main() pinned it
+
+
+def _unpin():
+    if _CPUS:
+        os.sched_setaffinity(0, _CPUS)
+
+
 def c_threads(runs):
     """Runs benchmarks/c's multi-thread workloads (threads.h: 1, 2 and as many
     threads as the machine has on one pool, on one Device, and OffsetAllocator
@@ -204,8 +212,11 @@ def c_threads(runs):
         runs_of["OffsetAllocator + mutex"] = ["peer_threads", str(runs)]
     out = {}
     for name, cmd in runs_of.items():
+        # every CPU this process had before main() pinned it to one: threads
+        # pinned to one core wait for each other (producer-consumer read 0.1
+        # M pairs/s so, 3-6 unpinned)
         text = subprocess.run([os.path.join(bench_dir, cmd[0])] + cmd[1:], check=True,
-                              capture_output=True, text=True).stdout
+                              capture_output=True, text=True, preexec_fn=_unpin).stdout
         out[name] = {k: float(v) for k, v in (line.split() for line in text.strip().splitlines())}
     return out
 
@@ -267,6 +278,7 @@ def _run(args):
     pinned = ""
     if hasattr(os, "sched_setaffinity"):
         try:
+            _CPUS.update(os.sched_getaffinity(0))  # the threads benchmark gets them back
             os.sched_setaffinity(0, {0})
             pinned = "; pinned to CPU 0"
         except OSError:
