@@ -10,18 +10,6 @@
 
 static int single_threaded;
 
-/* One allocation and one free: by address, or, built with -DBY_HANDLE, by
- * handle (a binary of its own, so that each loop inlines one path). */
-#ifdef BY_HANDLE
-#define pair_alloc(p, size, addr, h) ascm_pool_alloc_handle(p, size, 64, addr, h)
-#define pair_free(p, addr, h) ascm_pool_free_handle(p, h)
-#define PATH "_handle"
-#else
-#define pair_alloc(p, size, addr, h) ascm_pool_alloc(p, size, 64, addr)
-#define pair_free(p, addr, h) ((void)(h), ascm_pool_free(p, addr))
-#define PATH ""
-#endif
-
 static ascm_pool *make_pool(uint64_t size) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1ull << 40, .size = size, .min_block = 4096,

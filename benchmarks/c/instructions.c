@@ -22,18 +22,6 @@ static ascm_pool *make_pool(uint64_t size) {
     return p;
 }
 
-/* One allocation and one free: by address, or, built with -DBY_HANDLE, by
- * handle (a binary of its own, so that each loop inlines one path). */
-#ifdef BY_HANDLE
-#define pair_alloc(p, size, addr, h) ascm_pool_alloc_handle(p, size, 64, addr, h)
-#define pair_free(p, addr, h) ascm_pool_free_handle(p, h)
-#define PATH "_handle"
-#else
-#define pair_alloc(p, size, addr, h) ascm_pool_alloc(p, size, 64, addr)
-#define pair_free(p, addr, h) ((void)(h), ascm_pool_free(p, addr))
-#define PATH ""
-#endif
-
 static uint64_t draw(uint64_t lo, uint64_t hi) {
     for (;;) {
         uint64_t s = log_uniform();

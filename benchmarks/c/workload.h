@@ -50,4 +50,18 @@ static inline double median(double *v, int n) {
     return v[n / 2];
 }
 
+#ifdef ASCMEM_H /* ascmem's programs (bench_core.c, instructions.c) */
+/* One allocation and one free: by address, or, built with -DBY_HANDLE, by
+ * handle (a binary of its own, so that each loop inlines one path). */
+#ifdef BY_HANDLE
+#define pair_alloc(p, size, addr, h) ascm_pool_alloc_handle(p, size, 64, addr, h)
+#define pair_free(p, addr, h) ascm_pool_free_handle(p, h)
+#define PATH "_handle"
+#else
+#define pair_alloc(p, size, addr, h) ascm_pool_alloc(p, size, 64, addr)
+#define pair_free(p, addr, h) ((void)(h), ascm_pool_free(p, addr))
+#define PATH ""
+#endif
+#endif
+
 #endif
