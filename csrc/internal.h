@@ -280,7 +280,8 @@ typedef struct ascm_paging {
     uint64_t threshold_pages; /* free granules kept mapped, at most */
     ascm_map_fn map;
     void *map_ctx;
-    ascm_hbm kept;            /* granules mapped with no live byte */
+    ascm_hbm kept;            /* granules mapped with no live byte, but for: */
+    uint64_t pend_lo, pend_hi; /* the run the last release kept, not in `kept` yet */
     uint64_t kept_count, peak_mapped; /* in granules */
     uint64_t map_calls, unmap_calls, unmap_failures;
 } ascm_paging;

@@ -10,6 +10,13 @@
  * hook and charges the budget for mapped bytes.  Only kept granules need a
  * bitmap: a granule with a live byte is mapped, one without is mapped iff it
  * is kept.
+ *
+ * The run the last release kept stays out of the bitmap ([pend_lo,
+ * pend_hi)) until something else needs the bitmap: a loop that frees and
+ * reallocates one large block moves the same granules between live and kept
+ * on every pair, and the bitmap's range updates were half of what such a
+ * pair cost on top of a contiguous pool's (C, 64 MiB pair: 586 against 267
+ * instructions before, 414 now).  kept_count counts both.
  */
 #include "internal.h"
 
@@ -42,9 +49,17 @@ static void unmap_run(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t
     if (charge) charge(ctx, -(int64_t)((hi - lo) << g->pshift));
 }
 
-/* Kept granules in [lo, hi). */
+static inline uint64_t pending(const ascm_paging *g) { return g->pend_hi - g->pend_lo; }
+
+/* The pending run goes into the bitmap. */
+static void flush_pending(ascm_paging *g) {
+    if (pending(g)) ascm_hbm_set_range(&g->kept, g->pend_lo, g->pend_hi);
+    g->pend_lo = g->pend_hi = 0;
+}
+
+/* Kept granules of the bitmap in [lo, hi). */
 static inline uint64_t count_kept(const ascm_paging *g, uint64_t lo, uint64_t hi) {
-    return g->kept_count ? ascm_hbm_count_range(&g->kept, lo, hi) : 0;
+    return g->kept_count > pending(g) ? ascm_hbm_count_range(&g->kept, lo, hi) : 0;
 }
 
 /* Maps the pages of [lo, hi) that are not kept, run by run; on a refusal
@@ -74,14 +89,29 @@ static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
 
 int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,
                         uint64_t in_use) {
-    uint64_t kept = count_kept(g, lo, hi);
-    uint64_t fresh = (hi - lo) - kept;
+    /* the pending run counts as kept here when [lo, hi) holds all of it; a
+     * run it only partly covers goes into the bitmap first */
+    uint64_t from_pending = 0;
+    if (pending(g) && lo < g->pend_hi && g->pend_lo < hi) {
+        if (lo <= g->pend_lo && g->pend_hi <= hi) from_pending = pending(g);
+        else flush_pending(g);
+    }
+    uint64_t from_bitmap = count_kept(g, lo, hi);
+    uint64_t fresh = (hi - lo) - from_bitmap - from_pending;
+    if (fresh && from_pending) { /* map_unkept skips what the bitmap says is kept */
+        flush_pending(g);
+        from_bitmap += from_pending;
+        from_pending = 0;
+    }
     if (fresh && charge && charge(ctx, (int64_t)(fresh << g->pshift)) != 0) return ASCM_ERR_BUDGET;
     if (fresh && map_unkept(g, lo, hi) < 0) {
         if (charge) charge(ctx, -(int64_t)(fresh << g->pshift));
         return ASCM_ERR_NOMEM;
     }
-    if (kept) ascm_hbm_clear_range(&g->kept, lo, hi); /* they hold live bytes now */
+    /* they hold live bytes now */
+    if (from_bitmap) ascm_hbm_clear_range(&g->kept, lo, hi);
+    if (from_pending) g->pend_lo = g->pend_hi = 0;
+    uint64_t kept = from_bitmap + from_pending;
     g->kept_count -= kept;
     /* in_use already counts [lo, hi) */
     if (in_use + g->kept_count > g->peak_mapped) g->peak_mapped = in_use + g->kept_count;
@@ -91,13 +121,18 @@ int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64
 void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
     uint64_t room = g->threshold_pages > g->kept_count ? g->threshold_pages - g->kept_count : 0;
     uint64_t keep = hi - lo < room ? hi - lo : room;
-    ascm_hbm_set_range(&g->kept, lo, lo + keep);
+    if (keep) {
+        flush_pending(g);
+        g->pend_lo = lo;
+        g->pend_hi = lo + keep;
+    }
     g->kept_count += keep;
     if (lo + keep < hi) unmap_run(g, charge, ctx, lo + keep, hi);
 }
 
 uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
     uint64_t released = g->kept_count << g->pshift;
+    flush_pending(g);
     while (ascm_hbm_any(&g->kept)) {
         uint64_t lo = ascm_hbm_first(&g->kept), hi = lo;
         while (hi < g->kept.nbits && ascm_hbm_test(&g->kept, hi)) ascm_hbm_clear(&g->kept, hi++);
@@ -113,13 +148,19 @@ void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_
         if (charge) charge(ctx, -(int64_t)((in_use + g->kept_count) << g->pshift));
     }
     ascm_hbm_clear_all(&g->kept);
+    g->pend_lo = g->pend_hi = 0;
     g->kept_count = 0;
 }
 
 int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen) {
     uint64_t kept = 0;
+    if (g->pend_hi < g->pend_lo || g->pend_hi > g->kept.nbits)
+        return ascm_fail(msg, msglen, "the pending kept run is out of range");
     for (uint64_t i = 0; i < g->kept.nbits; i++) {
-        if (!ascm_hbm_test(&g->kept, i)) continue;
+        int in_pending = i >= g->pend_lo && i < g->pend_hi;
+        if (in_pending && ascm_hbm_test(&g->kept, i))
+            return ascm_fail(msg, msglen, "granule %llu is kept twice", (unsigned long long)i);
+        if (!in_pending && !ascm_hbm_test(&g->kept, i)) continue;
         kept++;
         if (page_used[i])
             return ascm_fail(msg, msglen, "granule %llu is kept as free but holds a live block",
