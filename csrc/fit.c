@@ -243,12 +243,18 @@ static inline uint32_t find_in(const ascm_fit *f, const ascm_fit_bins *B, uint64
 
 /* The region's bins had nothing: the nearest region that has, looking
  * alternately above and below. */
-static uint32_t find_elsewhere(const ascm_fit *f, uint32_t region, uint64_t need, int high) {
+static uint32_t find_elsewhere(ascm_fit *f, uint32_t region, uint64_t need, int high) {
     for (uint32_t d = 1; d < f->nregions; d++) {
-        uint32_t x = region + d < f->nregions ? find_in(f, bins_at((ascm_fit *)f, region + d, 1), need, high) : 0;
-        if (!x && d <= region) x = find_in(f, bins_at((ascm_fit *)f, region - d, 1), need, high);
+        uint32_t x = region + d < f->nregions ? find_in(f, bins_at(f, region + d, 1), need, high) : 0;
+        if (!x && d <= region) x = find_in(f, bins_at(f, region - d, 1), need, high);
         if (x) return x;
     }
+    return ASCM_NODE_NONE;
+}
+
+uint32_t ascm_fit_first(const ascm_fit *f) {
+    for (uint32_t i = 1; i < f->nused; i++)
+        if (f->nodes[i].len && f->nodes[i].off == 0) return i;
     return ASCM_NODE_NONE;
 }
 
@@ -257,12 +263,9 @@ static uint32_t find_elsewhere(const ascm_fit *f, uint32_t region, uint64_t need
  * bins of the run's first region; 0 if there is none.  O(blocks), on the
  * way to an out-of-memory error only. */
 static uint32_t fuse_run(ascm_fit *f, uint64_t need) {
-    uint32_t i = ASCM_NODE_NONE;
-    for (uint32_t j = 1; j < f->nused && !i; j++)
-        if (f->nodes[j].len && f->nodes[j].off == 0) i = j;
-    uint32_t first = ASCM_NODE_NONE;
+    uint32_t i, first = ASCM_NODE_NONE;
     uint64_t run = 0;
-    for (; i; i = f->nodes[i].next_phys) {
+    for (i = ascm_fit_first(f); i; i = f->nodes[i].next_phys) {
         if (!f->nodes[i].is_free) {
             first = ASCM_NODE_NONE;
             run = 0;
@@ -389,10 +392,8 @@ void ascm_fit_give(ascm_fit *f, uint32_t i) {
 uint64_t ascm_fit_largest(const ascm_fit *f) {
     uint64_t best = 0;
     if (f->nregions > 1) {
-        uint32_t i = ASCM_NODE_NONE;
-        for (uint32_t j = 1; j < f->nused && !i; j++)
-            if (f->nodes[j].len && f->nodes[j].off == 0) i = j;
-        for (uint64_t run = 0; i; i = f->nodes[i].next_phys) {
+        uint64_t run = 0;
+        for (uint32_t i = ascm_fit_first(f); i; i = f->nodes[i].next_phys) {
             run = f->nodes[i].is_free ? run + f->nodes[i].len : 0;
             if (run > best) best = run;
         }
@@ -409,9 +410,7 @@ uint64_t ascm_fit_largest(const ascm_fit *f) {
 
 int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen) {
     /* address order covers [0, nunits) exactly, with no two free neighbours */
-    uint32_t first = ASCM_NODE_NONE;
-    for (uint32_t i = 1; i < f->nused; i++)
-        if (f->nodes[i].len && f->nodes[i].off == 0) first = i;
+    uint32_t first = ascm_fit_first(f);
     if (!first) return ascm_fail(msg, msglen, "no block starts at unit 0");
     uint64_t off = 0, free_units = 0, nodes = 0;
     uint32_t prev = ASCM_NODE_NONE;

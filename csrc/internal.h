@@ -207,8 +207,8 @@ typedef struct ascm_fit {
     ascm_fit_node *nodes; /* nodes[0] is the null node */
     uint32_t ncap, nused, recycled;
     uint32_t nregions;
-    uint32_t region_mask;  /* units per region - 1 (regions only) */
-    unsigned region_shift; /* log2 of units per region (regions only) */
+    uint32_t region_mask;  /* units per region - 1 (one region: 2^32 - 1) */
+    unsigned region_shift; /* log2 of units per region (one region: 32) */
     ascm_fit_bins one;     /* the bins of region 0, the only one of most pools */
     ascm_fit_bins *extra;  /* regions 1 .. nregions - 1 */
 } ascm_fit;
@@ -226,6 +226,7 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint32_t *node);
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
+uint32_t ascm_fit_first(const ascm_fit *f); /* the node at unit 0: the address chain's head */
 int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
 
 /* ---- slabs: size classes for small requests ---------------------------- */

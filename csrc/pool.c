@@ -587,11 +587,8 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
  * together: what an allocation gets once it has trimmed the spares (as it
  * does before it fails).  A walk in address order, only when spares exist. */
 static uint64_t largest_with_spares(const ascm_pool *p) {
-    uint32_t i = ASCM_NODE_NONE;
-    for (uint32_t j = 1; j < p->fit.nused && !i; j++)
-        if (p->fit.nodes[j].len && p->fit.nodes[j].off == 0) i = j;
     uint64_t best = 0, run = 0;
-    for (; i; i = p->fit.nodes[i].next_phys) {
+    for (uint32_t i = ascm_fit_first(&p->fit); i; i = p->fit.nodes[i].next_phys) {
         const ascm_fit_node *n = &p->fit.nodes[i];
         int reclaimable = n->is_free || (n->is_slab && ascm_slab_is_empty_at(p, (uint64_t)n->off << p->gshift));
         run = reclaimable ? run + n->len : 0;
