@@ -168,6 +168,13 @@ int ascm_pool_sleep(ascm_pool *p, uint64_t addr);
 void ascm_pool_detach_mapping(ascm_pool *p);
 int ascm_pool_wake(ascm_pool *p, uint64_t addr);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
+/* Thread caches: per-thread caches of slab slots in front of the pool lock.
+ * AUTO (the default): on from the first time two threads meet at the lock;
+ * OFF: never (a cache on is flushed); ON: now.  Statistics, check() and walks
+ * flush every cache first, so they stay exact.  ASCM_ERR_INVAL for another
+ * mode, or a mode other than OFF on a single-threaded pool. */
+enum { ASCM_CACHES_AUTO = 0, ASCM_CACHES_OFF = 1, ASCM_CACHES_ON = 2 };
+int ascm_pool_set_thread_caches(ascm_pool *p, int mode);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);

@@ -58,7 +58,8 @@ static inline void ascm_lock_release(ascm_lock *l) {
 
 /* ---- fork safety (forksafe.c): shared locks are taken around fork() ------ */
 
-enum { ASCM_FORK_CHUNKS = 0, ASCM_FORK_POOL = 1, ASCM_FORK_BUDGET = 2, ASCM_FORK_RANKS = 3 };
+enum { ASCM_FORK_CHUNKS = 0, ASCM_FORK_CACHES = 1, ASCM_FORK_POOL = 2, ASCM_FORK_BUDGET = 3,
+       ASCM_FORK_RANKS = 4 };
 
 typedef struct ascm_fork_node {
     struct ascm_fork_node *prev, *next;
@@ -235,16 +236,27 @@ int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
 #define ASCM_SLAB_CLASSES 36
 #define ASCM_SLAB_MAX_SLOTS 2048u
 
+/* While thread caches are on, a released slab's descriptor is not freed: it
+ * waits, idle, for the next slab of its class, because a thread cache may be
+ * reading it without the pool lock (tcache.c).  Idle ones are freed when no
+ * cache can be (ascm_slab_free_idle). */
 typedef struct ascm_slab {
-    uint64_t off;        /* byte offset in the pool */
-    uint32_t node;       /* fit node that holds it */
-    uint32_t cls;
-    uint32_t count, nfree;
-    uint32_t prev, next; /* the class's list of slabs with free slots */
+    /* read by thread caches without the lock: a line of its own */
+    uint64_t off;        /* byte offset in the pool; __atomic (changes when an idle one is reused) */
+    uint32_t cls;        /* for the descriptor's life */
+    uint32_t count;
+    uint32_t index;      /* in p->slabs, for the descriptor's life */
+    uint64_t *live;      /* 1 = held by a caller (__atomic), on lines of their own;
+                            taken but not live = in a thread cache */
+    uint16_t *slack;     /* per slot: class size - requested */
+    /* changed under the pool lock */
+    _Alignas(64) uint32_t node; /* fit node that holds it */
+    uint32_t nfree;
+    uint32_t prev, next; /* the class's list of slabs with free slots; idle ones chain on next */
     uint32_t hint;       /* first word that may have a free slot */
     uint32_t nwords;
-    uint16_t *slack;     /* per slot: class size - requested */
-    uint64_t bits[];     /* 1 = slot in use; bits past count stay 1 */
+    uint8_t idle;        /* released: no storage, in no table */
+    uint64_t bits[];     /* 1 = slot taken; bits past count stay 1 */
 } ascm_slab;
 
 typedef struct ascm_slab_class {
@@ -254,7 +266,24 @@ typedef struct ascm_slab_class {
     uint64_t div_magic;   /* slot = (offset * div_magic) >> 48 */
     uint32_t partial;     /* head of the list of slabs with a free slot */
     uint32_t empty;       /* empty slabs kept as spares */
+    uint32_t idle;        /* head of the chain of idle descriptors */
 } ascm_slab_class;
+
+/* Slab granule -> descriptor, in leaves of 2^ASCM_SLAB_LEAF_BITS entries
+ * made on first use and kept to the pool's end: a thread cache reads it with
+ * no lock while the pool writes other entries (all accesses __atomic). */
+#define ASCM_SLAB_LEAF_BITS 10
+typedef struct ascm_slab_table {
+    ascm_slab ***leaves;
+    uint64_t nleaves;
+} ascm_slab_table;
+
+static inline ascm_slab *ascm_slab_table_get(const ascm_slab_table *t, uint64_t g) {
+    uint64_t i = g >> ASCM_SLAB_LEAF_BITS;
+    if (ASCM_UNLIKELY(i >= t->nleaves)) return NULL;
+    ascm_slab **leaf = __atomic_load_n(&t->leaves[i], __ATOMIC_ACQUIRE);
+    return leaf ? __atomic_load_n(&leaf[g & ((1u << ASCM_SLAB_LEAF_BITS) - 1)], __ATOMIC_ACQUIRE) : NULL;
+}
 
 extern const uint32_t ascm_slab_sizes[ASCM_SLAB_CLASSES];
 
@@ -316,17 +345,23 @@ typedef struct ascm_block_source {
 } ascm_block_source;
 
 struct ascm_pool {
-    ascm_lock lock;
-    ascm_fork_node fork;  /* locked pools are registered for fork() (forksafe.c) */
-    int single_threaded;  /* take no lock: the caller serialises calls */
-    int closed;           /* retired chunk: every allocation fails */
+    /* Read without the pool lock by thread caches, never written after
+     * creation but for caches_on: kept off the lines the lock's holder writes */
     uint64_t base, size, gran;
     unsigned gshift, pshift;
+    unsigned sgshift;     /* log2 of the slab granule: max(unit, 8 KiB); slabs align to it */
+    int single_threaded;  /* take no lock: the caller serialises calls */
+    int caches_on;        /* thread caches: __atomic; set under the lock (and every cache's) */
+    uint64_t uid;         /* never reused: tells a thread's stale cache entries apart */
+    ascm_slab_table slabtab; /* each slab granule -> the slab that covers it */
+
+    _Alignas(64) ascm_lock lock;
+    ascm_fork_node fork;  /* locked pools are registered for fork() (forksafe.c) */
+    int closed;           /* retired chunk: every allocation fails */
     uint64_t page_size, npages, pages_in_use;
     uint32_t *page_refs;  /* live blocks touching a page, for the two edge pages of each block */
     ascm_addrmap blocks;  /* first unit of a large block -> its fit node */
-    ascm_addrmap slabmap; /* each slab granule -> the slab that covers it */
-    unsigned sgshift;     /* log2 of the slab granule: max(unit, 8 KiB); slabs align to it */
+    uint64_t slab_granules, slab_leaves; /* granules in the slab table, leaves made */
     ascm_charge_fn charge;
     void *charge_ctx;
     ascm_paging *paging;  /* paged pools only (paging.c) */
@@ -335,10 +370,10 @@ struct ascm_pool {
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
-    ascm_slab **slabs;    /* slabs[0] unused */
+    ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
     uint64_t hot_off, hot_len; /* the slab of the last slab free, [off, off + len): */
     uint32_t hot_slab;         /* frees next to it skip both map probes (pool.c) */
-    uint32_t nslabs_cap, nslabs_used, slab_recycled;
+    uint32_t nslabs_cap, nslabs_used, slab_free_index;
     uint32_t empty_slabs;      /* spares of every class: the sum of classes[].empty */
     uint64_t slab_bytes;
     /* statistics */
@@ -346,14 +381,36 @@ struct ascm_pool {
     uint64_t live_count, alloc_count, free_count, failed_count, peak_live_count;
     uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
     uint64_t peak_pages, pages_taken, pages_given;
+    /* thread caches (tcache.c) */
+    int caches_mode;             /* ASCM_CACHES_* */
+    ascm_lock caches_lock;       /* the list below; taken before any cache's lock */
+    ascm_fork_node caches_fork;
+    struct ascm_tcache *caches;
 };
 
+void ascm_pool_lock_contended(ascm_pool *p);
 static inline void ascm_pool_lock(ascm_pool *p) {
-    if (!p->single_threaded) ascm_lock_acquire(&p->lock);
+    if (!p->single_threaded && ASCM_UNLIKELY(atomic_exchange_explicit(&p->lock.held, 1, memory_order_acquire)))
+        ascm_pool_lock_contended(p);
 }
 static inline void ascm_pool_unlock(ascm_pool *p) {
     if (!p->single_threaded) ascm_lock_release(&p->lock);
 }
+static inline int ascm_caches_on(const ascm_pool *p) {
+    return __atomic_load_n(&p->caches_on, __ATOMIC_RELAXED);
+}
+
+/* Thread caches (tcache.c).  alloc and free: ASCM_OK, or non-zero when the
+ * pool's locked path must serve the call. */
+void ascm_tcache_init(ascm_pool *p);
+void ascm_tcache_destroy(ascm_pool *p);
+int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align, uint64_t *addr);
+int ascm_tcache_free(ascm_pool *p, uint64_t addr);
+void ascm_tcache_stop(ascm_pool *p); /* every cache flushed and locked, and the pool lock */
+void ascm_tcache_go(ascm_pool *p);
+/* Pool lock held: used, requested and live counts from the blocks (a child
+ * after fork). */
+void ascm_pool_recount(ascm_pool *p);
 
 void ascm_slab_init_classes(ascm_pool *p);
 /* Slow paths of the inline slab functions below. */
@@ -363,9 +420,20 @@ void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si);
 void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si); /* keep as spare or release */
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
 
-/* The slab holding byte offset off, or 0. */
+/* The slab at index si (< nslabs_used) if it holds storage now, else NULL:
+ * the index may be free (tagged odd, see slab.c) or its descriptor idle. */
+static inline ascm_slab *ascm_slab_in_use(const ascm_pool *p, uint32_t si) {
+    ascm_slab *s = p->slabs[si];
+    return ((uintptr_t)s & 1u) || s->idle ? NULL : s;
+}
+
+/* The slab holding byte offset off (off < size), or NULL / 0. */
+static inline ascm_slab *ascm_slab_of(const ascm_pool *p, uint64_t off) {
+    return ascm_slab_table_get(&p->slabtab, off >> p->sgshift);
+}
 static inline uint32_t ascm_slab_at(const ascm_pool *p, uint64_t off) {
-    return ascm_map_get(&p->slabmap, (uint32_t)(off >> p->sgshift));
+    const ascm_slab *s = ascm_slab_of(p, off);
+    return s ? s->index : 0;
 }
 
 /* The slab of the last slab free, whose range free_locked checks before the
@@ -376,20 +444,50 @@ static inline void ascm_slab_remember(ascm_pool *p, uint32_t si) {
     p->hot_len = si ? p->classes[p->slabs[si]->cls].slab_bytes : 0;
 }
 
-/* Slot of off in s, or -1 if off is not the start of a live slot. */
-static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
+/* Slot of off in s, or -1 if off is not the start of a slot. */
+static inline int64_t ascm_slab_slot_of(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
     const ascm_slab_class *k = &p->classes[s->cls];
     uint64_t rel = off - s->off;
     uint64_t slot = (rel * k->div_magic) >> 48;
     if (slot >= s->count || slot * k->size != rel) return -1;
-    if (!((s->bits[slot >> 6] >> (slot & 63)) & 1u)) return -1;
     return (int64_t)slot;
 }
 
+/* Whether a caller holds the slot.  Live bits are kept only while thread
+ * caches are on (a slot may then be taken but cached); otherwise taken means
+ * live and the taken bits answer (ascm_slab_sync_live makes them agree when
+ * caches come on). */
+static inline int ascm_slab_is_live(const ascm_pool *p, const ascm_slab *s, uint64_t slot) {
+    if (!ascm_caches_on(p)) return (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
+    return (int)((__atomic_load_n(&s->live[slot >> 6], __ATOMIC_RELAXED) >> (slot & 63)) & 1u);
+}
+
+/* Slot of off in s, or -1 if off is not the start of a live slot. */
+static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
+    int64_t slot = ascm_slab_slot_of(p, s, off);
+    return slot >= 0 && ascm_slab_is_live(p, s, (uint64_t)slot) ? slot : -1;
+}
+
+/* A slot's live bit, under the pool lock, while thread caches are on: a
+ * cache may change other bits of the word without the lock, hence atomic. */
+static inline void ascm_slab_set_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
+    if (ASCM_UNLIKELY(ascm_caches_on(p)))
+        __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELAXED);
+}
+/* A live slot stops being live; 0 if it was not live (then nothing changed). */
+static inline int ascm_slab_clear_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
+    uint64_t m = 1ull << (slot & 63);
+    if (ASCM_LIKELY(!ascm_caches_on(p))) return (s->bits[slot >> 6] & m) != 0;
+    return (__atomic_fetch_and(&s->live[slot >> 6], ~m, __ATOMIC_RELAXED) & m) != 0;
+}
+/* Pool lock held, caches about to come on: live bits := taken bits. */
+void ascm_slab_sync_live(ascm_pool *p);
+
 /* The hot paths, inline so that the pool's alloc and free are one function
  * each: the call overhead was a tenth of a small pair's instructions. */
-static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off,
-                                  uint32_t *slab, uint32_t *slot_out) {
+
+/* Takes a free slot of class cls out of its slab (not live yet). */
+static inline int ascm_slab_take(ascm_pool *p, int cls, uint32_t *slab, uint32_t *slot_out) {
     ascm_slab_class *k = &p->classes[cls];
     uint32_t si = k->partial;
     if (ASCM_UNLIKELY(!si)) {
@@ -406,32 +504,52 @@ static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uin
     unsigned bit = ascm_ctz64(~s->bits[w]);
     s->bits[w] |= 1ull << bit;
     s->hint = w;
-    uint32_t slot = w * 64 + bit;
-    s->slack[slot] = (uint16_t)(k->size - requested);
     if (--s->nfree == 0) ascm_slab_list_unlink(p, k, si);
-    *off = s->off + (uint64_t)slot * k->size;
     *slab = si;
-    *slot_out = slot;
+    *slot_out = w * 64 + bit;
     return ASCM_OK;
+}
+
+static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off,
+                                  uint32_t *slab, uint32_t *slot_out) {
+    int st = ascm_slab_take(p, cls, slab, slot_out);
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    ascm_slab *s = p->slabs[*slab];
+    uint32_t size = p->classes[cls].size, slot = *slot_out;
+    s->slack[slot] = (uint16_t)(size - requested);
+    ascm_slab_set_live(p, s, slot);
+    *off = s->off + (uint64_t)slot * size;
+    return ASCM_OK;
+}
+
+/* A taken slot that is not live goes back to its slab. */
+static inline void ascm_slab_put(ascm_pool *p, uint32_t si, uint64_t slot) {
+    ascm_slab *s = p->slabs[si];
+    ascm_slab_class *k = &p->classes[s->cls];
+    uint32_t w = (uint32_t)(slot >> 6);
+    s->bits[w] &= ~(1ull << (slot & 63));
+    if (w < s->hint) s->hint = w;
+    if (s->nfree++ == 0) ascm_slab_list_push(p, k, si);
+    if (ASCM_UNLIKELY(s->nfree == s->count)) ascm_slab_emptied(p, k, si);
 }
 
 /* off is a byte offset in the pool, in slab si. */
 static inline int ascm_slab_free(ascm_pool *p, uint32_t si, uint64_t off, uint64_t *usable,
                                  uint64_t *requested) {
     ascm_slab *s = p->slabs[si];
-    int64_t slot = ascm_slab_live_slot(p, s, off);
-    if (ASCM_UNLIKELY(slot < 0)) return ASCM_ERR_BADFREE;
-    ascm_slab_class *k = &p->classes[s->cls];
-    uint32_t w = (uint32_t)slot >> 6;
-    s->bits[w] &= ~(1ull << (slot & 63));
-    if (w < s->hint) s->hint = w;
-    *usable = k->size;
-    *requested = k->size - s->slack[slot];
-    if (s->nfree++ == 0) ascm_slab_list_push(p, k, si);
-    if (ASCM_UNLIKELY(s->nfree == s->count)) ascm_slab_emptied(p, k, si);
+    int64_t slot = ascm_slab_slot_of(p, s, off);
+    if (ASCM_UNLIKELY(slot < 0 || !ascm_slab_clear_live(p, s, (uint64_t)slot))) return ASCM_ERR_BADFREE;
+    uint32_t size = p->classes[s->cls].size;
+    *usable = size;
+    *requested = size - s->slack[slot];
+    ascm_slab_put(p, si, (uint64_t)slot);
     return ASCM_OK;
 }
-void ascm_slab_release_all(ascm_pool *p);
+/* Every slab released at once (reset): descriptors go idle, storage is the caller's. */
+void ascm_slab_forget_all(ascm_pool *p);
+void ascm_slab_destroy(ascm_pool *p); /* descriptors and table freed */
+/* Frees idle descriptors: call only while no thread cache can read one. */
+void ascm_slab_free_idle(ascm_pool *p);
 /* Gives every empty slab back to the large-block path; returns the bytes. */
 uint64_t ascm_slab_trim(ascm_pool *p);
 uint64_t ascm_slab_metadata_bytes(const ascm_pool *p);

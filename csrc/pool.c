@@ -118,7 +118,7 @@ static inline uint32_t region_for(const ascm_pool *p, uint64_t units) {
 }
 
 /* Takes a block of the large-block path and charges its pages; the caller
- * registers it (blocks map for a large block, slabmap for a slab). */
+ * registers it (blocks map for a large block, the slab table for a slab). */
 static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                       int high, uint32_t *node) {
     flush_last_freed(p);
@@ -215,7 +215,6 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     }
     if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
     int maps = ascm_map_init(&p->blocks) == ASCM_OK;
-    maps = (ascm_map_init(&p->slabmap) == ASCM_OK) && maps;
     if (cfg->paged && ascm_map_init(&p->asleep) != ASCM_OK) maps = 0;
     if (cfg->paged && (p->paging = malloc(sizeof *p->paging)) != NULL &&
         ascm_paging_init(p->paging, p->npages, p->base, p->pshift, cfg->release_threshold, cfg->map,
@@ -233,17 +232,18 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     p->slab_storage = (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
     ascm_slab_init_classes(p);
     if (!p->single_threaded) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
+    ascm_tcache_init(p);
     *out = p;
     return ASCM_OK;
 }
 
 void ascm_pool_destroy(ascm_pool *p) {
     if (!p) return;
+    ascm_tcache_destroy(p);
     ascm_fork_unregister(&p->fork);
-    ascm_slab_release_all(p);
+    ascm_slab_destroy(p);
     ascm_fit_destroy(&p->fit);
     ascm_map_destroy(&p->blocks);
-    ascm_map_destroy(&p->slabmap);
     if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
     if (p->paging) ascm_paging_destroy(p->paging);
     free(p->paging);
@@ -334,9 +334,28 @@ static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t alig
     return ASCM_OK;
 }
 
+/* With thread caches on: the caller's cache first, then the pool; an
+ * allocation that finds no room flushes every cache and tries again.  Out
+ * of line, so that the pool's own path stays as it was. */
+static __attribute__((noinline)) int alloc_cached(ascm_pool *p, uint64_t size, uint64_t requested,
+                                                  uint64_t align, uint64_t *addr, ascm_handle *h) {
+    if (!h && ascm_tcache_alloc(p, size, requested, align, addr) == ASCM_OK) return ASCM_OK;
+    ascm_pool_lock(p);
+    int st = alloc_locked(p, size, requested, align, addr, NULL, 0, h);
+    ascm_pool_unlock(p);
+    if (st == ASCM_ERR_NOMEM) {
+        ascm_tcache_stop(p);
+        p->failed_count -= p->failed_count > 0; /* counted again below if it fails again */
+        st = alloc_locked(p, size, requested, align, addr, NULL, 0, h);
+        ascm_tcache_go(p);
+    }
+    return st;
+}
+
 int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, NULL);
     ascm_pool_lock(p);
     st = alloc_locked(p, size, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
@@ -347,6 +366,7 @@ int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t a
     if (pad > ASCM_MAX_PAD || size + pad < size) return ASCM_ERR_INVAL;
     int st = check_request(p, size + pad, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size + pad, size, align, addr, NULL);
     ascm_pool_lock(p);
     st = alloc_locked(p, size + pad, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
@@ -418,6 +438,7 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
 int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr, ascm_handle *h) {
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, h);
     ascm_pool_lock(p);
     st = alloc_locked(p, size, size, align, addr, NULL, 0, h);
     ascm_pool_unlock(p);
@@ -432,7 +453,7 @@ static int free_handle_locked(ascm_pool *p, ascm_handle h) {
     uint64_t usable, requested;
     if (h & HANDLE_SLAB) {
         uint64_t si = (h >> 16) & 0x7fffffffffffull, slot = h & 0xffff;
-        if (ASCM_UNLIKELY(si == 0 || si >= p->nslabs_used || ((uintptr_t)p->slabs[si] & 1u)))
+        if (ASCM_UNLIKELY(si == 0 || si >= p->nslabs_used || !ascm_slab_in_use(p, (uint32_t)si)))
             return ASCM_ERR_BADFREE;
         const ascm_slab *s = p->slabs[si];
         if (ASCM_UNLIKELY(slot >= s->count)) return ASCM_ERR_BADFREE;
@@ -459,7 +480,16 @@ int ascm_pool_free_handle(ascm_pool *p, ascm_handle h) {
     return st;
 }
 
+static __attribute__((noinline)) int free_cached(ascm_pool *p, uint64_t addr) {
+    if (ascm_tcache_free(p, addr) == ASCM_OK) return ASCM_OK;
+    ascm_pool_lock(p);
+    int st = free_locked(p, addr);
+    ascm_pool_unlock(p);
+    return st;
+}
+
 int ascm_pool_free(ascm_pool *p, uint64_t addr) {
+    if (ASCM_UNLIKELY(ascm_caches_on(p))) return free_cached(p, addr);
     ascm_pool_lock(p);
     int st = free_locked(p, addr);
     ascm_pool_unlock(p);
@@ -525,7 +555,8 @@ ASCM_PREFETCHER void prefetch_free(const ascm_pool *p, uint64_t addr) {
     uint64_t off = addr - p->base; /* below base wraps past size */
     if (off >= p->size) return;
     if (!(off & (p->gran - 1))) ascm_map_prefetch(&p->blocks, (uint32_t)(off >> p->gshift));
-    ascm_map_prefetch(&p->slabmap, (uint32_t)(off >> p->sgshift));
+    uint64_t leaf = (off >> p->sgshift) >> ASCM_SLAB_LEAF_BITS;
+    if (p->slabtab.leaves && leaf < p->slabtab.nleaves) ASCM_PREFETCH(&p->slabtab.leaves[leaf]);
 }
 
 /* Second stage, half as far ahead: the map slot is in cache by now, so find
@@ -537,8 +568,8 @@ ASCM_PREFETCHER void prefetch_meta(const ascm_pool *p, uint64_t addr) {
     if (node) {
         ASCM_PREFETCH(&p->fit.nodes[node]);
     } else {
-        uint32_t si = ascm_slab_at(p, off);
-        if (si) ASCM_PREFETCH(p->slabs[si]);
+        const ascm_slab *s = ascm_slab_of(p, off);
+        if (s) ASCM_PREFETCH(s);
     }
 }
 
@@ -597,16 +628,33 @@ static uint64_t largest_with_spares(const ascm_pool *p) {
     return best;
 }
 
+/* For calls that read or change the pool whole: with thread caches on,
+ * every cache is flushed and held first (tcache.c), so that what they see is
+ * exact.  Caches come on only under the pool lock, hence the second look. */
+static int lock_whole(ascm_pool *p) {
+    if (!ascm_caches_on(p)) {
+        ascm_pool_lock(p);
+        if (ASCM_LIKELY(!ascm_caches_on(p))) return 0;
+        ascm_pool_unlock(p);
+    }
+    ascm_tcache_stop(p);
+    return 1;
+}
+static inline void unlock_whole(ascm_pool *p, int whole) {
+    if (whole) ascm_tcache_go(p);
+    else ascm_pool_unlock(p);
+}
+
 uint64_t ascm_pool_used(ascm_pool *p) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     uint64_t used = p->used;
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
     return used;
 }
 
 void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     memset(st, 0, sizeof *st);
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     flush_last_freed(p);
     st->capacity = p->size;
     st->used = p->used;
@@ -631,7 +679,7 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
     st->pages_in_use = p->pages_in_use;
     st->page_size = p->page_size;
     st->slab_bytes = p->slab_bytes;
-    st->metadata_bytes = sizeof *p + ascm_map_bytes(&p->blocks) + ascm_map_bytes(&p->slabmap) +
+    st->metadata_bytes = sizeof *p + ascm_map_bytes(&p->blocks) +
                          (p->page_refs ? p->npages * sizeof *p->page_refs : 0) +
                          p->fit.ncap * sizeof *p->fit.nodes +
                          (p->fit.nregions - 1) * sizeof *p->fit.extra + /* regions' bins */
@@ -643,20 +691,19 @@ void ascm_pool_stats(ascm_pool *p, ascm_stats *st) {
         st->map_calls = p->paging->map_calls;
         st->unmap_calls = p->paging->unmap_calls;
     }
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
 }
 
 void ascm_pool_reset(ascm_pool *p) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     if (p->paging)
         ascm_paging_reset(p->paging, p->charge, p->charge_ctx, p->pages_in_use);
     else if (p->pages_in_use && p->charge)
         p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
-    ascm_slab_release_all(p);
+    ascm_slab_forget_all(p);
     ascm_fit_reset(&p->fit);
     p->last_freed = ASCM_NODE_NONE;
     ascm_map_clear(&p->blocks);
-    ascm_map_clear(&p->slabmap);
     if (p->asleep.slots) ascm_map_clear(&p->asleep);
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
@@ -666,27 +713,27 @@ void ascm_pool_reset(ascm_pool *p) {
     p->alloc_bytes = p->freed_bytes = p->alloc_requested = p->freed_requested = 0;
     p->peak_pages = p->pages_taken = p->pages_given = 0;
     p->closed = 0;
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
 }
 
 uint64_t ascm_pool_trim(ascm_pool *p) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     flush_last_freed(p);
     uint64_t released = ascm_slab_trim(p);
     if (p->paging) released += ascm_paging_trim(p->paging, p->charge, p->charge_ctx);
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
     return released;
 }
 
 void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     flush_last_freed(p);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
         if (n->len && n->is_free)
             fn(ctx, p->base + ((uint64_t)n->off << p->gshift), (uint64_t)n->len << p->gshift, 0);
     }
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
 }
 
 uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align) {
@@ -709,7 +756,7 @@ int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t 
         if (node) {
             p->fit.nodes[node].slack = (uint32_t)(usable - requested);
         } else {
-            ascm_slab *s = p->slabs[ascm_slab_at(p, off)];
+            ascm_slab *s = ascm_slab_of(p, off);
             s->slack[ascm_slab_live_slot(p, s, off)] = (uint16_t)(usable - requested);
         }
         p->requested = p->requested - old + requested;
@@ -761,7 +808,7 @@ int ascm_pool_wake(ascm_pool *p, uint64_t addr) {
 }
 
 int ascm_pool_close_if_empty(ascm_pool *p) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     int empty = p->live_count == 0;
     if (empty) {
         flush_last_freed(p);
@@ -769,22 +816,22 @@ int ascm_pool_close_if_empty(ascm_pool *p) {
         if (p->paging) ascm_paging_trim(p->paging, p->charge, p->charge_ctx); /* kept granules too */
         p->closed = 1;
     }
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
     return empty;
 }
 
 void ascm_pool_reset_peaks(ascm_pool *p) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     p->peak_used = p->used;
     p->peak_requested = p->requested;
     p->peak_live_count = p->live_count;
     if (p->paging) p->paging->peak_mapped = p->pages_in_use + p->paging->kept_count;
     p->peak_pages = p->pages_in_use;
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
 }
 
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     flush_last_freed(p);
     for (uint32_t i = 1; i < p->fit.nused; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];
@@ -794,7 +841,37 @@ void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
         }
     }
     ascm_slab_walk(p, fn, ctx);
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
+}
+
+void ascm_pool_recount(ascm_pool *p) {
+    uint64_t live = 0, used = 0, requested = 0;
+    for (uint32_t i = 1; i < p->fit.nused; i++) {
+        const ascm_fit_node *n = &p->fit.nodes[i];
+        if (!n->len || n->is_free || n->is_slab || i == p->last_freed) continue;
+        live++;
+        used += (uint64_t)n->len << p->gshift;
+        requested += ((uint64_t)n->len << p->gshift) - n->slack;
+    }
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        const ascm_slab *s = ascm_slab_in_use(p, si);
+        uint32_t size = s ? p->classes[s->cls].size : 0;
+        for (uint32_t slot = 0; s && slot < s->count; slot++)
+            if (ascm_slab_is_live(p, s, slot)) {
+                live++;
+                used += size;
+                requested += size - s->slack[slot];
+            }
+    }
+    p->live_count = live;
+    p->used = used;
+    p->requested = requested;
+    p->free_count = p->alloc_count - live;
+    p->freed_bytes = p->alloc_bytes - used;
+    p->freed_requested = p->alloc_requested - requested;
+    if (used > p->peak_used) p->peak_used = used;
+    if (requested > p->peak_requested) p->peak_requested = requested;
+    if (live > p->peak_live_count) p->peak_live_count = live;
 }
 
 static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
@@ -834,7 +911,7 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
                 pages += len >> p->pshift;
             }
         }
-        if (n->is_slab) continue; /* slab_check matches slabs with slabmap */
+        if (n->is_slab) continue; /* slab_check matches slabs with the slab table */
         if (n->by_handle ? ascm_map_get(&p->blocks, n->off) != 0 : ascm_map_get(&p->blocks, n->off) != i) {
             st = ascm_fail(msg, msglen, "used block at unit %llu is %s the block map",
                            (unsigned long long)n->off, n->by_handle ? "in" : "not in");
@@ -865,8 +942,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     st = ascm_slab_check(p, &live, &used, &requested, msg, msglen);
     if (st != ASCM_OK) return st;
     if (p->hot_slab) {
-        const ascm_slab *s = p->hot_slab < p->nslabs_used ? p->slabs[p->hot_slab] : NULL;
-        if (!s || ((uintptr_t)s & 1u) || s->off != p->hot_off ||
+        const ascm_slab *s = p->hot_slab < p->nslabs_used ? ascm_slab_in_use(p, p->hot_slab) : NULL;
+        if (!s || s->off != p->hot_off ||
             p->hot_len != p->classes[s->cls].slab_bytes)
             return ascm_fail(msg, msglen, "the remembered slab of the last free is stale");
     } else if (p->hot_len) {
@@ -885,8 +962,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
 }
 
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen) {
-    ascm_pool_lock(p);
+    int whole = lock_whole(p);
     int st = check_locked(p, msg, msglen);
-    ascm_pool_unlock(p);
+    unlock_whole(p, whole);
     return st;
 }

@@ -5,9 +5,12 @@
  * slab is one large block of the pool cut into equal slots; its occupancy
  * bitmap and per-slot rounding slack live in a host-side descriptor.  Slabs
  * are multiples of the slab granule (8 KiB, or the unit if larger) and
- * aligned to it; each granule of a slab is a key of the pool's slabmap, so
- * free finds the descriptor of any slot with one lookup in a table that only
- * holds slabs that exist.  A slab that empties is kept as a spare while its
+ * aligned to it; the pool's slab table points each granule of a slab at
+ * its descriptor, so free finds the descriptor of any slot in two loads.
+ * Descriptors are never freed before the pool: a released slab's stays,
+ * idle, for the next slab of its class, so that a thread cache may read one
+ * without the lock (tcache.c); a slot's live bit, not its taken bit, says
+ * whether a caller holds it.  A slab that empties is kept as a spare while its
  * class's spares stay within SLAB_SPARE_BYTES (always at least one), then goes
  * back to the large-block path.  Spares absorb alloc/free waves: building and
  * tearing down a slab costs a descriptor malloc, a block split and map
@@ -61,21 +64,61 @@ void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
     if (s->next) p->slabs[s->next]->prev = s->prev;
 }
 
-static void map_slab(ascm_pool *p, uint64_t off, uint64_t bytes, uint32_t si) {
-    uint64_t g = off >> p->sgshift, end = (off + bytes) >> p->sgshift;
-    for (; g < end; g++) {
-        if (si) ascm_map_put(&p->slabmap, (uint32_t)g, si);
-        else ascm_map_take(&p->slabmap, (uint32_t)g);
+/* Points the table's entries for [off, off + bytes) at s (NULL: clears
+ * them).  Leaves exist already: ascm_slab_new made them. */
+static void map_slab(ascm_pool *p, uint64_t off, uint64_t bytes, ascm_slab *s) {
+    ascm_slab_table *t = &p->slabtab;
+    for (uint64_t g = off >> p->sgshift, end = (off + bytes) >> p->sgshift; g < end; g++) {
+        ascm_slab **leaf = t->leaves[g >> ASCM_SLAB_LEAF_BITS];
+        __atomic_store_n(&leaf[g & ((1u << ASCM_SLAB_LEAF_BITS) - 1)], s, __ATOMIC_RELEASE);
     }
+    if (s) p->slab_granules += bytes >> p->sgshift;
+    else p->slab_granules -= bytes >> p->sgshift;
 }
 
-static int slab_index_new(ascm_pool *p, uint32_t *out) {
-    if (p->slab_recycled) {
-        *out = p->slab_recycled;
-        p->slab_recycled = (uint32_t)(uintptr_t)p->slabs[*out] >> 1; /* see slab_release */
+static int make_leaves(ascm_pool *p, uint64_t off, uint64_t bytes) {
+    ascm_slab_table *t = &p->slabtab;
+    if (!t->leaves) {
+        t->nleaves = ((p->size >> p->sgshift) >> ASCM_SLAB_LEAF_BITS) + 1;
+        t->leaves = ascm_zalloc_big(t->nleaves * sizeof *t->leaves);
+        if (!t->leaves) return ASCM_ERR_HOSTMEM;
+    }
+    uint64_t first = (off >> p->sgshift) >> ASCM_SLAB_LEAF_BITS;
+    uint64_t last = (((off + bytes) >> p->sgshift) - 1) >> ASCM_SLAB_LEAF_BITS;
+    for (uint64_t i = first; i <= last; i++) {
+        if (t->leaves[i]) continue;
+        ascm_slab **leaf = calloc(1u << ASCM_SLAB_LEAF_BITS, sizeof *leaf);
+        if (!leaf) return ASCM_ERR_HOSTMEM;
+        __atomic_store_n(&t->leaves[i], leaf, __ATOMIC_RELEASE);
+        p->slab_leaves++;
+    }
+    return ASCM_OK;
+}
+
+/* A descriptor is the struct and its taken bits, then its live bits on
+ * cache lines of their own (thread caches change them without the lock),
+ * then the slack of each slot. */
+static size_t live_offset(uint32_t count) {
+    return (sizeof(ascm_slab) + (count + 63) / 64 * sizeof(uint64_t) + 63) & ~(size_t)63;
+}
+static size_t descriptor_bytes(uint32_t count) {
+    size_t end = live_offset(count) + (count + 63) / 64 * sizeof(uint64_t) + count * sizeof(uint16_t);
+    return (end + 63) & ~(size_t)63;
+}
+
+/* A descriptor for class cls: an idle one of the class, or a new one at a
+ * free index. */
+static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
+    ascm_slab_class *k = &p->classes[cls];
+    if (k->idle) {
+        *out = p->slabs[k->idle];
+        k->idle = (*out)->next;
         return ASCM_OK;
     }
-    if (p->nslabs_used == p->nslabs_cap) {
+    uint32_t si;
+    if (p->slab_free_index) {
+        si = p->slab_free_index;
+    } else if (p->nslabs_used == p->nslabs_cap) {
         uint32_t cap = p->nslabs_cap ? p->nslabs_cap * 2 : 64;
         if (cap >= (1u << 31)) return ASCM_ERR_HOSTMEM;
         ascm_slab **grown = realloc(p->slabs, cap * sizeof *grown);
@@ -83,39 +126,101 @@ static int slab_index_new(ascm_pool *p, uint32_t *out) {
         p->slabs = grown;
         p->nslabs_cap = cap;
         if (p->nslabs_used == 0) p->slabs[p->nslabs_used++] = NULL; /* index 0 = none */
+        si = p->nslabs_used;
+    } else {
+        si = p->nslabs_used;
     }
-    *out = p->nslabs_used++;
+    uint32_t nwords = (k->count + 63) / 64;
+    size_t bytes = descriptor_bytes(k->count);
+    ascm_slab *s = aligned_alloc(64, bytes); /* ascm_slab_new sets what it holds */
+    if (!s) return ASCM_ERR_HOSTMEM;
+    if (si == p->slab_free_index) p->slab_free_index = (uint32_t)((uintptr_t)p->slabs[si] >> 1);
+    else p->nslabs_used++;
+    s->cls = (uint32_t)cls;
+    s->count = k->count;
+    s->nwords = nwords;
+    s->live = (uint64_t *)((char *)s + live_offset(k->count));
+    s->slack = (uint16_t *)(s->live + nwords);
+    s->index = si;
+    s->idle = 1;
+    p->slabs[si] = s;
+    *out = s;
     return ASCM_OK;
+}
+
+/* A descriptor no slab uses waits, idle, for the next slab of its class:
+ * all of them while thread caches are on (a cache may be reading it), else
+ * one per class, so that a class that empties and refills does not free and
+ * allocate one each time.  The others are freed, their index chained through
+ * its pointer slot, tagged odd so that a walk over the array tells it from a
+ * descriptor. */
+static void free_descriptor(ascm_pool *p, ascm_slab *s) {
+    uint32_t si = s->index;
+    free(s);
+    p->slabs[si] = (ascm_slab *)(uintptr_t)(((uintptr_t)p->slab_free_index << 1) | 1u);
+    p->slab_free_index = si;
+}
+
+static void make_idle(ascm_pool *p, ascm_slab *s) {
+    ascm_slab_class *k = &p->classes[s->cls];
+    s->idle = 1;
+    if (k->idle && !ascm_caches_on(p)) {
+        free_descriptor(p, s);
+        return;
+    }
+    s->next = k->idle;
+    k->idle = s->index;
+}
+
+void ascm_slab_sync_live(ascm_pool *p) {
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        ascm_slab *s = ascm_slab_in_use(p, si);
+        for (uint32_t w = 0; s && w < s->nwords; w++) {
+            uint64_t valid = w == s->nwords - 1 && (s->count & 63) ? ~(~0ull << (s->count & 63)) : ~0ull;
+            __atomic_store_n(&s->live[w], s->bits[w] & valid, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+void ascm_slab_free_idle(ascm_pool *p) {
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) {
+        ascm_slab_class *k = &p->classes[c];
+        while (k->idle) {
+            ascm_slab *s = p->slabs[k->idle];
+            k->idle = s->next;
+            free_descriptor(p, s);
+        }
+    }
 }
 
 int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
     ascm_slab_class *k = &p->classes[cls];
-    uint32_t nwords = (k->count + 63) / 64;
-    ascm_slab *s = malloc(sizeof *s + nwords * sizeof(uint64_t) + k->count * sizeof(uint16_t));
-    if (!s) return ASCM_ERR_HOSTMEM;
-    int st = ascm_map_reserve(&p->slabmap, (uint32_t)(k->slab_bytes >> p->sgshift));
+    ascm_slab *s;
+    int st = descriptor_for(p, cls, &s);
+    if (st != ASCM_OK) return st;
+    uint32_t node;
+    uint64_t off;
     const ascm_block_source *src = &p->slab_storage;
-    if (st == ASCM_OK) st = src->take(src->ctx, k->slab_bytes, 1ull << p->sgshift, &s->node, &s->off);
-    uint32_t si = 0;
-    if (st == ASCM_OK && (st = slab_index_new(p, &si)) != ASCM_OK) src->give(src->ctx, s->node);
+    st = src->take(src->ctx, k->slab_bytes, 1ull << p->sgshift, &node, &off);
+    if (st == ASCM_OK && (st = make_leaves(p, off, k->slab_bytes)) != ASCM_OK) src->give(src->ctx, node);
     if (st != ASCM_OK) {
-        free(s);
+        make_idle(p, s);
         return st;
     }
-    s->cls = (uint32_t)cls;
-    s->count = s->nfree = k->count;
+    s->node = node;
+    __atomic_store_n(&s->off, off, __ATOMIC_RELEASE);
+    s->nfree = k->count;
     s->hint = 0;
-    s->nwords = nwords;
-    s->slack = (uint16_t *)(s->bits + nwords);
-    memset(s->bits, 0, nwords * sizeof(uint64_t));
-    if (k->count & 63) s->bits[nwords - 1] = ~0ull << (k->count & 63);
-    p->slabs[si] = s;
-    map_slab(p, s->off, k->slab_bytes, si);
+    s->idle = 0;
+    memset(s->bits, 0, s->nwords * sizeof(uint64_t));
+    if (k->count & 63) s->bits[s->nwords - 1] = ~0ull << (k->count & 63);
+    for (uint32_t w = 0; w < s->nwords; w++) __atomic_store_n(&s->live[w], 0, __ATOMIC_RELAXED);
+    map_slab(p, off, k->slab_bytes, s);
     p->slab_bytes += k->slab_bytes;
-    ascm_slab_list_push(p, k, si);
+    ascm_slab_list_push(p, k, s->index);
     k->empty++;
     p->empty_slabs++;
-    *out = si;
+    *out = s->index;
     return ASCM_OK;
 }
 
@@ -124,21 +229,15 @@ static void slab_release(ascm_pool *p, uint32_t si) {
     ascm_slab_class *k = &p->classes[s->cls];
     if (p->hot_slab == si) ascm_slab_remember(p, 0);
     ascm_slab_list_unlink(p, k, si);
-    map_slab(p, s->off, k->slab_bytes, 0);
+    map_slab(p, s->off, k->slab_bytes, NULL);
     p->slab_storage.give(p->slab_storage.ctx, s->node);
     p->slab_bytes -= k->slab_bytes;
-    free(s);
-    /* recycled indices are chained through the pointer slots, tagged odd so
-     * that a walk over the array can tell them from descriptors */
-    p->slabs[si] = (ascm_slab *)(uintptr_t)(((uintptr_t)p->slab_recycled << 1) | 1u);
-    p->slab_recycled = si;
+    make_idle(p, s);
 }
 
-
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
-    uint32_t si = ascm_slab_at(p, off);
-    if (!si) return ASCM_ERR_BADFREE;
-    const ascm_slab *s = p->slabs[si];
+    const ascm_slab *s = ascm_slab_of(p, off);
+    if (!s) return ASCM_ERR_BADFREE;
     int64_t slot = ascm_slab_live_slot(p, s, off);
     if (slot < 0) return ASCM_ERR_BADFREE;
     *usable = p->classes[s->cls].size;
@@ -173,16 +272,26 @@ uint64_t ascm_slab_trim(ascm_pool *p) {
     return released;
 }
 
-void ascm_slab_release_all(ascm_pool *p) {
+void ascm_slab_forget_all(ascm_pool *p) {
+    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) p->classes[c].partial = p->classes[c].empty = 0;
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        ascm_slab *s = ascm_slab_in_use(p, si);
+        if (!s) continue;
+        map_slab(p, s->off, p->classes[s->cls].slab_bytes, NULL);
+        make_idle(p, s);
+    }
+    ascm_slab_remember(p, 0);
+    p->slab_bytes = 0;
+    p->empty_slabs = 0;
+}
+
+void ascm_slab_destroy(ascm_pool *p) {
     for (uint32_t si = 1; si < p->nslabs_used; si++)
         if (!((uintptr_t)p->slabs[si] & 1u)) free(p->slabs[si]);
     free(p->slabs);
-    p->slabs = NULL;
-    p->nslabs_cap = p->nslabs_used = p->slab_recycled = 0;
-    ascm_slab_remember(p, 0);
-    p->slab_bytes = 0;
-    for (int c = 0; c < ASCM_SLAB_CLASSES; c++) p->classes[c].partial = p->classes[c].empty = 0;
-    p->empty_slabs = 0;
+    ascm_slab_table *t = &p->slabtab;
+    for (uint64_t i = 0; t->leaves && i < t->nleaves; i++) free(t->leaves[i]);
+    if (t->leaves) ascm_free_big(t->leaves, t->nleaves * sizeof *t->leaves);
 }
 
 uint64_t ascm_slab_cached_bytes(const ascm_pool *p) {
@@ -192,27 +301,28 @@ uint64_t ascm_slab_cached_bytes(const ascm_pool *p) {
 }
 
 int ascm_slab_is_empty_at(const ascm_pool *p, uint64_t off) {
-    uint32_t si = ascm_slab_at(p, off);
-    return si && p->slabs[si]->nfree == p->slabs[si]->count;
+    const ascm_slab *s = ascm_slab_of(p, off);
+    return s && s->nfree == s->count;
 }
 
 uint64_t ascm_slab_metadata_bytes(const ascm_pool *p) {
     uint64_t bytes = p->nslabs_cap * sizeof(ascm_slab *);
+    bytes += p->slabtab.nleaves * sizeof(ascm_slab **) + p->slab_leaves * (sizeof(ascm_slab *) << ASCM_SLAB_LEAF_BITS);
     for (uint32_t si = 1; si < p->nslabs_used; si++) {
         const ascm_slab *s = p->slabs[si];
-        if (!((uintptr_t)s & 1u))
-            bytes += sizeof *s + s->nwords * sizeof(uint64_t) + s->count * sizeof(uint16_t);
+        if ((uintptr_t)s & 1u) continue;
+        bytes += descriptor_bytes(s->count);
     }
     return bytes;
 }
 
 void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     for (uint32_t si = 1; si < p->nslabs_used; si++) {
-        const ascm_slab *s = p->slabs[si];
-        if ((uintptr_t)s & 1u) continue;
+        const ascm_slab *s = ascm_slab_in_use(p, si);
+        if (!s) continue;
         uint32_t size = p->classes[s->cls].size;
         for (uint32_t slot = 0; slot < s->count; slot++)
-            if ((s->bits[slot >> 6] >> (slot & 63)) & 1u)
+            if (ascm_slab_is_live(p, s, slot))
                 fn(ctx, p->base + s->off + (uint64_t)slot * size, size, size - s->slack[slot]);
     }
 }
@@ -233,7 +343,7 @@ int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t
     for (int c = 0; c < ASCM_SLAB_CLASSES; c++) {
         uint32_t prev = 0;
         for (uint32_t i = p->classes[c].partial; i; prev = i, i = p->slabs[i]->next) {
-            if (i >= p->nslabs_used || ((uintptr_t)p->slabs[i] & 1u) || listed[i] ||
+            if (i >= p->nslabs_used || !ascm_slab_in_use(p, i) || listed[i] ||
                 p->slabs[i]->cls != (uint32_t)c || p->slabs[i]->prev != prev) {
                 free(listed);
                 return ascm_fail(msg, msglen, "class %d list is broken at slab %u", c, i);
@@ -242,24 +352,28 @@ int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t
         }
     }
     for (uint32_t si = 1; si < p->nslabs_used; si++) {
-        const ascm_slab *s = p->slabs[si];
-        if ((uintptr_t)s & 1u) continue;
+        const ascm_slab *s = ascm_slab_in_use(p, si);
+        if (!s) continue;
+        if (s->index != si) FAIL(msg, msglen, "slab %u holds index %u", si, s->index);
         if (s->cls >= ASCM_SLAB_CLASSES || s->count != p->classes[s->cls].count)
             FAIL(msg, msglen, "slab %u has a bad class", si);
         const ascm_slab_class *k = &p->classes[s->cls];
         if (!p->slab_storage.lent(p->slab_storage.ctx, s->node, s->off))
             FAIL(msg, msglen, "slab %u is not owned by its block", si);
         for (uint64_t g = s->off >> p->sgshift; g < (s->off + k->slab_bytes) >> p->sgshift; g++)
-            if (ascm_slab_at(p, g << p->sgshift) != si)
+            if (ascm_slab_of(p, g << p->sgshift) != s)
                 FAIL(msg, msglen, "slab %u granule %llu is not in the slab map", si, (unsigned long long)g);
         granules += k->slab_bytes >> p->sgshift;
         uint32_t inuse = 0;
         for (uint32_t slot = 0; slot < s->nwords * 64; slot++) {
             int bit = (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
+            int live = slot < s->count && ascm_slab_is_live(p, s, slot);
             if (slot >= s->count) {
                 if (!bit) FAIL(msg, msglen, "slab %u has a free bit past its end", si);
                 continue;
             }
+            if (bit != live) /* check() runs with every thread cache flushed */
+                FAIL(msg, msglen, "slab %u slot %u is %s", si, slot, live ? "live but free" : "taken but not live");
             if (!bit) continue;
             inuse++;
             if (s->slack[slot] >= k->size)
@@ -290,6 +404,6 @@ out:
     for (int c = 0; c < ASCM_SLAB_CLASSES; c++) spares += p->classes[c].empty;
     if (spares != p->empty_slabs) return ascm_fail(msg, msglen, "spare slab count is wrong");
     if (bytes != p->slab_bytes) return ascm_fail(msg, msglen, "slab byte count is wrong");
-    if (granules != p->slabmap.count) return ascm_fail(msg, msglen, "slab map has stale entries");
+    if (granules != p->slab_granules) return ascm_fail(msg, msglen, "slab map has stale entries");
     return ASCM_OK;
 }

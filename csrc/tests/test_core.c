@@ -460,7 +460,7 @@ static void test_exhaustion_soak(void) {
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
     enum { MAXN = 20000 };
     static uint64_t addrs[MAXN];
-    uint64_t ops = 0, meta_first = 0;
+    uint64_t ops = 0, meta_first = 0, meta_most = 0;
     int cycles = 0;
     while (ops < 1000000) {
         int n = 0;
@@ -486,10 +486,13 @@ static void test_exhaustion_soak(void) {
         CHECK(st.used == 0 && st.requested == 0 && st.live_count == 0);
         CHECK(st.free == st.capacity && st.largest_free == st.capacity && st.pages_in_use == 0);
         if (cycles++ == 3) meta_first = st.metadata_bytes; /* after warm-up growth */
-        if (cycles > 4) CHECK(st.metadata_bytes == meta_first);
+        /* flat, but for one idle slab descriptor each class may keep (slab.c) */
+        if (cycles > 4) CHECK(st.metadata_bytes <= meta_first + ASCM_SLAB_CLASSES * 1024);
+        if (cycles > 4 && st.metadata_bytes > meta_most) meta_most = st.metadata_bytes;
     }
     POOL_OK(p);
-    printf("soak: %llu operations in %d fill/drain cycles\n", (unsigned long long)ops, cycles);
+    printf("soak: %llu operations in %d fill/drain cycles, metadata %llu -> at most %llu bytes\n",
+           (unsigned long long)ops, cycles, (unsigned long long)meta_first, (unsigned long long)meta_most);
     ascm_pool_destroy(p);
 }
 
@@ -509,7 +512,7 @@ static void test_check_detects_corruption(void) {
     CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     p->fit.nodes[node].len--;
     POOL_OK(p);
-    uint32_t si = ascm_map_get(&p->slabmap, (uint32_t)((a - p->base) >> p->sgshift));
+    uint32_t si = ascm_slab_at(p, a - p->base);
     CHECK(si != 0);
     ascm_slab *s = p->slabs[si];
     s->bits[0] ^= 2; /* a slot marked used that nobody holds */

@@ -1,0 +1,379 @@
+/* Thread caches: slab slots a thread freed, kept for its next allocations of
+ * the same class without the pool lock.
+ *
+ * One cache per (thread, pool), made on the thread's first call after the
+ * caches are on.  They come on (ASCM_CACHES_AUTO, the default) the first time
+ * two threads meet at the pool lock, so a pool used from one thread -- every
+ * replay, fit and benchmark of one thread -- places exactly as before.
+ *
+ * Slot states: free (taken bit 0), live (taken 1, live 1: a caller holds it),
+ * cached (taken 1, live 0: in some thread's cache).  A free by address goes
+ * live -> cached without the pool lock: the slab table (leaves never freed)
+ * finds the descriptor (never freed), and an atomic fetch-and on the live bit
+ * decides between a racing double free and the first one.  The pool's own
+ * paths change live bits atomically too while caches are on (internal.h).
+ *
+ * Locks, outermost first: the pool's caches_lock (the list), a cache's lock
+ * (its owner takes it on every call, others to flush it), the pool lock.
+ * Everything that reads the pool whole -- stats, check, walks, trim, reset,
+ * close -- first takes every cache's lock and flushes them (ascm_tcache_stop),
+ * so statistics and check() are exact.  Counters a cache changes without the
+ * pool lock are merged at each refill, flush and stop; peaks are updated
+ * there, so between merges a peak may miss at most what one cache holds
+ * (TC_CLASS_BYTES per class).  An allocation that fails flushes every cache
+ * and tries once more.
+ *
+ * Lifetime: a cache is freed by whichever of its thread (at exit) and its
+ * pool (at destroy) lets go last; the other marks it gone.  Entries in the
+ * thread's table carry the pool's uid, so a new pool at a destroyed one's
+ * address never meets the old cache.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#define TC_SLOTS 32           /* slots a class may hold */
+#define TC_CLASS_BYTES 65536  /* ... and bytes: a class holds at most this, */
+#define TC_MIN_SLOTS 4        /* or this many slots */
+#define TC_POOLS 8           /* pools one thread keeps caches for */
+#define TC_MISS 1
+
+typedef struct ascm_tcache {
+    ascm_lock lock;
+    ascm_pool *pool;
+    struct ascm_tcache *next; /* the pool's list, under caches_lock */
+    pthread_t owner;
+    int pool_gone, thread_gone; /* under lock */
+    /* counter changes since the last merge into the pool */
+    int64_t used, requested, live;
+    uint64_t allocs, frees, alloc_bytes, freed_bytes, alloc_requested, freed_requested;
+    uint8_t n[ASCM_SLAB_CLASSES];
+    uint8_t cap[ASCM_SLAB_CLASSES];
+    /* the classes' geometry, copied: the pool's lines are written under its lock */
+    uint32_t size[ASCM_SLAB_CLASSES];
+    uint64_t div_magic[ASCM_SLAB_CLASSES];
+    uint64_t off[ASCM_SLAB_CLASSES][TC_SLOTS]; /* byte offsets of cached slots, newest last */
+} ascm_tcache;
+
+typedef struct thread_caches {
+    ascm_pool *pool[TC_POOLS];
+    uint64_t uid[TC_POOLS];
+    ascm_tcache *cache[TC_POOLS];
+} thread_caches;
+
+static __thread thread_caches *mine;
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static uint64_t next_uid = 1; /* __atomic */
+
+/* Pool lock held: the cache's counters into the pool's. */
+static void merge(ascm_pool *p, ascm_tcache *c) {
+    p->used += (uint64_t)c->used;
+    p->requested += (uint64_t)c->requested;
+    p->live_count += (uint64_t)c->live;
+    p->alloc_count += c->allocs;
+    p->free_count += c->frees;
+    p->alloc_bytes += c->alloc_bytes;
+    p->freed_bytes += c->freed_bytes;
+    p->alloc_requested += c->alloc_requested;
+    p->freed_requested += c->freed_requested;
+    if (p->used > p->peak_used) p->peak_used = p->used;
+    if (p->requested > p->peak_requested) p->peak_requested = p->requested;
+    if (p->live_count > p->peak_live_count) p->peak_live_count = p->live_count;
+    c->used = c->requested = c->live = 0;
+    c->allocs = c->frees = c->alloc_bytes = c->freed_bytes = c->alloc_requested = c->freed_requested = 0;
+}
+
+/* Pool lock held: the oldest n slots of class cls go back to their slabs. */
+static void give_back(ascm_pool *p, ascm_tcache *c, int cls, unsigned n) {
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t off = c->off[cls][i];
+        ascm_slab *s = ascm_slab_of(p, off);
+        ascm_slab_put(p, s->index, (uint64_t)ascm_slab_slot_of(p, s, off));
+    }
+    c->n[cls] -= (uint8_t)n;
+    memmove(c->off[cls], c->off[cls] + n, c->n[cls] * sizeof c->off[cls][0]);
+}
+
+/* Pool lock held: empties the cache. */
+static void flush_locked(ascm_pool *p, ascm_tcache *c) {
+    for (int cls = 0; cls < ASCM_SLAB_CLASSES; cls++)
+        if (c->n[cls]) give_back(p, c, cls, c->n[cls]);
+    merge(p, c);
+}
+
+/* ---- the thread's table ---------------------------------------------- */
+
+static void release_entry(ascm_tcache *c) { /* its thread lets go */
+    ascm_lock_acquire(&c->lock);
+    if (c->pool_gone) {
+        ascm_lock_release(&c->lock);
+        free(c);
+        return;
+    }
+    ascm_pool *p = c->pool;
+    ascm_pool_lock(p);
+    flush_locked(p, c);
+    ascm_pool_unlock(p);
+    c->thread_gone = 1;
+    ascm_lock_release(&c->lock);
+}
+
+static void thread_exits(void *arg) {
+    thread_caches *t = arg;
+    for (int i = 0; i < TC_POOLS; i++)
+        if (t->cache[i]) release_entry(t->cache[i]);
+    free(t);
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, thread_exits); }
+
+static ascm_tcache *new_cache(ascm_pool *p) {
+    ascm_tcache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->pool = p;
+    c->owner = pthread_self();
+    for (int cls = 0; cls < ASCM_SLAB_CLASSES; cls++) {
+        const ascm_slab_class *k = &p->classes[cls];
+        uint32_t n = TC_CLASS_BYTES / k->size;
+        c->cap[cls] = (uint8_t)(n < TC_MIN_SLOTS ? TC_MIN_SLOTS : n > TC_SLOTS ? TC_SLOTS : n);
+        c->size[cls] = k->size;
+        c->div_magic[cls] = k->div_magic;
+    }
+    ascm_lock_acquire(&p->caches_lock);
+    for (ascm_tcache **link = &p->caches; *link;) { /* caches of threads that have ended */
+        ascm_tcache *old = *link;
+        if (old->thread_gone) {
+            *link = old->next;
+            free(old);
+        } else {
+            link = &old->next;
+        }
+    }
+    c->next = p->caches;
+    __atomic_store_n(&p->caches, c, __ATOMIC_RELEASE);
+    ascm_lock_release(&p->caches_lock);
+    return c;
+}
+
+/* This thread's cache for p, made if need be; NULL when none can be had. */
+static ascm_tcache *cache_of(ascm_pool *p) {
+    thread_caches *t = mine;
+    if (ASCM_LIKELY(t != NULL))
+        for (int i = 0; i < TC_POOLS; i++)
+            if (t->pool[i] == p && t->uid[i] == p->uid) return t->cache[i];
+    if (!t) {
+        pthread_once(&key_once, make_key);
+        if (!(t = calloc(1, sizeof *t))) return NULL;
+        if (pthread_setspecific(exit_key, t) != 0) {
+            free(t);
+            return NULL;
+        }
+        mine = t;
+    }
+    int slot = -1;
+    for (int i = 0; i < TC_POOLS && slot < 0; i++) {
+        ascm_tcache *c = t->cache[i];
+        if (!c) {
+            slot = i;
+            continue;
+        }
+        ascm_lock_acquire(&c->lock);
+        int gone = c->pool_gone;
+        ascm_lock_release(&c->lock);
+        if (gone) { /* its pool was destroyed: the entry is free */
+            free(c);
+            t->cache[i] = NULL;
+            slot = i;
+        }
+    }
+    if (slot < 0) return NULL;
+    ascm_tcache *c = new_cache(p);
+    if (!c) return NULL;
+    t->pool[slot] = p;
+    t->uid[slot] = p->uid;
+    t->cache[slot] = c;
+    return c;
+}
+
+/* ---- the fast paths ---------------------------------------------------- */
+
+/* Pool lock not held, cache's held: up to half a cache of class cls. */
+static void refill(ascm_pool *p, ascm_tcache *c, int cls) {
+    unsigned want = c->cap[cls] / 2;
+    ascm_pool_lock(p);
+    merge(p, c);
+    for (unsigned i = 0; i < want && !p->closed; i++) {
+        uint32_t si, slot;
+        if (ascm_slab_take(p, cls, &si, &slot) != ASCM_OK) break;
+        const ascm_slab *s = p->slabs[si];
+        c->off[cls][c->n[cls]++] = s->off + (uint64_t)slot * p->classes[cls].size;
+    }
+    ascm_pool_unlock(p);
+}
+
+int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align, uint64_t *addr) {
+    int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    if (cls < 0) return TC_MISS;
+    ascm_tcache *c = cache_of(p);
+    if (!c) return TC_MISS;
+    ascm_lock_acquire(&c->lock);
+    if (ASCM_UNLIKELY(!ascm_caches_on(p))) goto miss; /* turned off while we waited */
+    if (!c->n[cls]) refill(p, c, cls);
+    if (!c->n[cls]) goto miss;
+    uint64_t off = c->off[cls][--c->n[cls]];
+    ascm_slab *s = ascm_slab_of(p, off); /* a taken slot: its slab stays */
+    uint32_t slot_size = c->size[cls];
+    uint64_t slot = ((off - s->off) * c->div_magic[cls]) >> 48;
+    __atomic_store_n(&s->slack[slot], (uint16_t)(slot_size - requested), __ATOMIC_RELAXED);
+    __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELEASE);
+    c->used += slot_size;
+    c->requested += (int64_t)requested;
+    c->live++;
+    c->allocs++;
+    c->alloc_bytes += slot_size;
+    c->alloc_requested += requested;
+    ascm_lock_release(&c->lock);
+    *addr = p->base + off;
+    return ASCM_OK;
+miss:
+    ascm_lock_release(&c->lock);
+    return TC_MISS;
+}
+
+int ascm_tcache_free(ascm_pool *p, uint64_t addr) {
+    uint64_t off = addr - p->base; /* below base wraps past size */
+    if (off >= p->size) return TC_MISS;
+    ascm_tcache *c = cache_of(p);
+    if (!c) return TC_MISS;
+    ascm_lock_acquire(&c->lock);
+    if (ASCM_UNLIKELY(!ascm_caches_on(p))) goto miss;
+    /* While this cache's lock is held, no descriptor is freed (caches are
+     * on, and ascm_tcache_stop waits for the lock); but s may be released
+     * and taken by another slab of its class meanwhile -- only if off is not
+     * live, since a live slot keeps its slab -- hence the second look. */
+    ascm_slab *s = ascm_slab_of(p, off);
+    if (!s) goto miss; /* a large block, or not a block */
+    int cls = (int)s->cls;
+    uint32_t size = c->size[cls];
+    uint64_t soff = __atomic_load_n(&s->off, __ATOMIC_ACQUIRE), rel = off - soff;
+    uint64_t slot = (rel * c->div_magic[cls]) >> 48;
+    if (slot >= s->count || slot * size != rel) goto miss;
+    uint64_t *word = &s->live[slot >> 6], bit = 1ull << (slot & 63);
+    if (!(__atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL) & bit)) goto miss; /* the pool says why */
+    if (ascm_slab_of(p, off) != s || __atomic_load_n(&s->off, __ATOMIC_ACQUIRE) != soff) {
+        __atomic_fetch_or(word, bit, __ATOMIC_RELAXED); /* a bad free that raced a release */
+        goto miss;
+    }
+    uint64_t requested = size - __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED);
+    if (c->n[cls] == c->cap[cls]) {
+        ascm_pool_lock(p);
+        give_back(p, c, cls, (c->n[cls] + 1) / 2);
+        merge(p, c);
+        ascm_pool_unlock(p);
+    }
+    c->off[cls][c->n[cls]++] = off;
+    c->used -= size;
+    c->requested -= (int64_t)requested;
+    c->live--;
+    c->frees++;
+    c->freed_bytes += size;
+    c->freed_requested += requested;
+    ascm_lock_release(&c->lock);
+    return ASCM_OK;
+miss:
+    ascm_lock_release(&c->lock);
+    return TC_MISS;
+}
+
+/* ---- the pool's side ---------------------------------------------------- */
+
+static void fork_child(ascm_fork_node *n);
+
+void ascm_tcache_init(ascm_pool *p) {
+    p->uid = __atomic_fetch_add(&next_uid, 1, __ATOMIC_RELAXED);
+    if (p->single_threaded) p->caches_mode = ASCM_CACHES_OFF;
+    else ascm_fork_register(&p->caches_fork, &p->caches_lock, ASCM_FORK_CACHES, fork_child);
+}
+
+void ascm_tcache_destroy(ascm_pool *p) {
+    ascm_fork_unregister(&p->caches_fork);
+    ascm_lock_acquire(&p->caches_lock);
+    for (ascm_tcache *c = p->caches, *next; c; c = next) {
+        next = c->next;
+        ascm_lock_acquire(&c->lock);
+        c->pool_gone = 1;
+        int dead = c->thread_gone;
+        ascm_lock_release(&c->lock);
+        if (dead) free(c);
+    }
+    p->caches = NULL;
+    ascm_lock_release(&p->caches_lock);
+}
+
+__attribute__((noinline)) void ascm_pool_lock_contended(ascm_pool *p) {
+    ascm_lock_slow(&p->lock);
+    if (p->caches_mode == ASCM_CACHES_AUTO && !p->caches_on) {
+        ascm_slab_sync_live(p);
+        __atomic_store_n(&p->caches_on, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* Every cache locked and flushed, and the pool lock held: the pool as if no
+ * cache existed, until ascm_tcache_go. */
+void ascm_tcache_stop(ascm_pool *p) {
+    ascm_lock_acquire(&p->caches_lock);
+    for (ascm_tcache *c = p->caches; c; c = c->next) ascm_lock_acquire(&c->lock);
+    ascm_pool_lock(p);
+    for (ascm_tcache *c = p->caches; c; c = c->next) flush_locked(p, c);
+    ascm_slab_free_idle(p); /* no cache can be reading a descriptor now */
+}
+
+void ascm_tcache_go(ascm_pool *p) {
+    ascm_pool_unlock(p);
+    for (ascm_tcache *c = p->caches; c; c = c->next) ascm_lock_release(&c->lock);
+    ascm_lock_release(&p->caches_lock);
+}
+
+int ascm_pool_set_thread_caches(ascm_pool *p, int mode) {
+    if (mode != ASCM_CACHES_AUTO && mode != ASCM_CACHES_OFF && mode != ASCM_CACHES_ON) return ASCM_ERR_INVAL;
+    if (p->single_threaded) return mode == ASCM_CACHES_OFF ? ASCM_OK : ASCM_ERR_INVAL;
+    ascm_tcache_stop(p);
+    p->caches_mode = mode;
+    if (mode == ASCM_CACHES_ON && !p->caches_on) ascm_slab_sync_live(p);
+    if (mode != ASCM_CACHES_AUTO) __atomic_store_n(&p->caches_on, mode == ASCM_CACHES_ON, __ATOMIC_RELAXED);
+    ascm_tcache_go(p);
+    return ASCM_OK;
+}
+
+/* In a child after fork(): the caches of threads that were not copied are
+ * dropped.  Their lock may have been held mid-change, so their contents are
+ * not read; their slots (taken, not live) are found in the slabs instead and
+ * go back, and the counters are recounted from the live blocks. */
+static void fork_child(ascm_fork_node *n) {
+    ascm_pool *p = (ascm_pool *)((char *)n - offsetof(ascm_pool, caches_fork));
+    if (!p->caches) return;
+    pthread_t self = pthread_self();
+    for (ascm_tcache *c = p->caches; c; c = c->next) {
+        if (pthread_equal(c->owner, self)) {
+            flush_locked(p, c);
+            continue;
+        }
+        c->lock.held = 0;
+        c->thread_gone = 1;
+        memset(c->n, 0, sizeof c->n);
+        merge(p, c);
+    }
+    for (uint32_t si = 1; si < p->nslabs_used; si++) {
+        ascm_slab *s = ascm_slab_in_use(p, si);
+        if (!s) continue;
+        for (uint64_t slot = 0; slot < s->count; slot++)
+            if (((s->bits[slot >> 6] >> (slot & 63)) & 1u) && !ascm_slab_is_live(p, s, slot)) {
+                ascm_slab_put(p, si, slot);
+                if (!ascm_slab_in_use(p, si)) break; /* the slab emptied and went */
+            }
+    }
+    ascm_pool_recount(p);
+}

@@ -1,0 +1,361 @@
+/* Thread caches (tcache.c) under threads, run by `make -C csrc test` under
+ * ASan and UBSan: no block handed to two callers, check() and statistics
+ * exact while other threads run, double and bad frees refused, cross-thread
+ * frees, thread exit, pool destruction before a thread's exit, fork, and an
+ * allocation that only fits once the caches are flushed. */
+#include "../ascmem.h"
+#include "../internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+static char msg[256];
+#define POOL_OK(p) CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_OK || (fprintf(stderr, "  %s\n", msg), 0))
+
+#define BASE (1ull << 32)
+#define SIZE (64ull << 20)
+#define CELL 32 /* the smallest slot: one owner byte per 32 bytes of the range */
+
+static uint8_t owner[SIZE / CELL]; /* __atomic: thread id + 1 of a block starting there */
+
+static uint64_t rand_of(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static ascm_pool *new_pool(uint64_t size, int mode) {
+    ascm_pool_config cfg = {.base = BASE, .size = size, .min_block = 4096};
+    ascm_pool *p;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(ascm_pool_set_thread_caches(p, mode) == ASCM_OK);
+    return p;
+}
+
+/* claims the block's first cell for thread id: fails if another caller has it */
+static void claim(uint64_t addr, int id) {
+    uint8_t expected = 0;
+    int ok = __atomic_compare_exchange_n(&owner[(addr - BASE) / CELL], &expected, (uint8_t)(id + 1), 0,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (!ok) fprintf(stderr, "block %#llx handed to thread %d while thread %d holds it\n",
+                     (unsigned long long)addr, id, expected - 1);
+    CHECK(ok);
+}
+static void unclaim(uint64_t addr) { __atomic_store_n(&owner[(addr - BASE) / CELL], 0, __ATOMIC_RELEASE); }
+
+typedef struct steady {
+    ascm_pool *p;
+    int id, steps;
+    uint64_t seed;
+} steady;
+
+#define LIVE 512
+
+/* Random sizes, mostly slab classes, some large; frees its own blocks. */
+static void *steady_worker(void *arg) {
+    steady *w = arg;
+    uint64_t live[LIVE] = {0}, s = w->seed;
+    for (int i = 0; i < w->steps; i++) {
+        int v = (int)(rand_of(&s) % LIVE);
+        if (live[v]) {
+            unclaim(live[v]);
+            CHECK(ascm_pool_free(w->p, live[v]) == ASCM_OK);
+            live[v] = 0;
+        }
+        uint64_t size = rand_of(&s) % 8 ? 1 + rand_of(&s) % 4096 : 1 + rand_of(&s) % 100000;
+        if (ascm_pool_alloc(w->p, size, 16, &live[v]) == ASCM_OK) claim(live[v], w->id);
+        else live[v] = 0;
+    }
+    for (int v = 0; v < LIVE; v++)
+        if (live[v]) {
+            unclaim(live[v]);
+            CHECK(ascm_pool_free(w->p, live[v]) == ASCM_OK);
+        }
+    return NULL;
+}
+
+/* Four threads at once, while this one checks and reads statistics. */
+static void test_threads_share_a_pool(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    pthread_t t[4];
+    steady w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (steady){p, i, 200000, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1)};
+        CHECK(pthread_create(&t[i], NULL, steady_worker, &w[i]) == 0);
+    }
+    for (int i = 0; i < 50; i++) {
+        POOL_OK(p);
+        ascm_stats st;
+        ascm_pool_stats(p, &st);
+        CHECK(st.alloc_count - st.free_count == st.live_count);
+        CHECK(st.used <= st.peak_used && st.requested <= st.used);
+        usleep(1000);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.requested == 0);
+    CHECK(st.alloc_count == st.free_count && st.alloc_count > 0);
+    POOL_OK(p);
+    ascm_pool_trim(p);
+    ascm_pool_stats(p, &st);
+    CHECK(st.free == st.capacity && st.largest_free == st.capacity); /* every cached slot came back */
+    ascm_pool_destroy(p);
+}
+
+typedef struct ring {
+    ascm_pool *p;
+    uint64_t slot[256];
+    uint64_t head, tail; /* __atomic */
+    int n;
+} ring;
+
+static void *consume(void *arg) {
+    ring *r = arg;
+    for (int done = 0; done < r->n;) {
+        uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        for (; r->tail < head; done++) {
+            uint64_t a = r->slot[r->tail % 256];
+            unclaim(a);
+            CHECK(ascm_pool_free(r->p, a) == ASCM_OK);
+            __atomic_store_n(&r->tail, r->tail + 1, __ATOMIC_RELEASE);
+        }
+    }
+    return NULL;
+}
+
+/* One thread allocates, another frees: blocks move from cache to cache. */
+static void test_cross_thread_frees(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    ring *r = calloc(1, sizeof *r);
+    r->p = p;
+    r->n = 100000;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, consume, r) == 0);
+    uint64_t s = 77;
+    for (uint64_t i = 0; i < (uint64_t)r->n; i++) {
+        while (i - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= 256) {
+        }
+        uint64_t a;
+        CHECK(ascm_pool_alloc(p, 1 + rand_of(&s) % 20000, 8, &a) == ASCM_OK);
+        claim(a, 0);
+        r->slot[i % 256] = a;
+        __atomic_store_n(&r->head, i + 1, __ATOMIC_RELEASE);
+    }
+    pthread_join(t, NULL);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.alloc_count == (uint64_t)r->n);
+    POOL_OK(p);
+    free(r);
+    ascm_pool_destroy(p);
+}
+
+typedef struct victim {
+    ascm_pool *p;
+    uint64_t addr;
+    int st;
+} victim;
+
+static void *free_it(void *arg) {
+    victim *v = arg;
+    v->st = ascm_pool_free(v->p, v->addr);
+    return NULL;
+}
+
+/* A slot in a cache is free: freeing it again, from any thread, is a bad
+ * free, and so is an address inside a slot. */
+static void test_bad_frees(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    uint64_t a, b;
+    CHECK(ascm_pool_alloc(p, 100, 8, &a) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 100, 8, &b) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a + 8) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_ERR_BADFREE);
+    victim v = {p, a, 0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, free_it, &v) == 0);
+    pthread_join(t, NULL);
+    CHECK(v.st == ASCM_ERR_BADFREE);
+    v = (victim){p, b, 0}; /* another thread's free of a live block is fine */
+    CHECK(pthread_create(&t, NULL, free_it, &v) == 0);
+    pthread_join(t, NULL);
+    CHECK(v.st == ASCM_OK);
+    CHECK(ascm_pool_free(p, b) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, BASE + SIZE) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free(p, BASE - 64) == ASCM_ERR_BADFREE);
+    uint64_t usable;
+    CHECK(ascm_pool_usable_size(p, a, &usable) == ASCM_ERR_BADFREE); /* cached: nobody's */
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.alloc_count == 2 && st.free_count == 2);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
+typedef struct quitter {
+    ascm_pool *p;
+    pthread_barrier_t *cached, *gone;
+} quitter;
+
+/* Fills its cache, then waits while the pool is destroyed, then exits. */
+static void *fill_then_wait(void *arg) {
+    quitter *q = arg;
+    uint64_t a[64];
+    for (int i = 0; i < 64; i++) CHECK(ascm_pool_alloc(q->p, 64, 8, &a[i]) == ASCM_OK);
+    for (int i = 0; i < 64; i++) CHECK(ascm_pool_free(q->p, a[i]) == ASCM_OK);
+    pthread_barrier_wait(q->cached);
+    if (q->gone) pthread_barrier_wait(q->gone); /* the pool is destroyed meanwhile */
+    return NULL;
+}
+
+/* A thread's cache goes back when the thread ends; a pool destroyed before
+ * its threads end leaves them nothing to touch (ASan would say). */
+static void test_thread_exit_and_destroy(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    pthread_barrier_t cached, gone;
+    pthread_barrier_init(&cached, NULL, 2);
+    pthread_barrier_init(&gone, NULL, 2);
+    quitter q = {p, &cached, NULL};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, fill_then_wait, &q) == 0);
+    pthread_barrier_wait(&cached);
+    pthread_join(t, NULL);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.alloc_count == 64 && st.free_count == 64);
+    POOL_OK(p);
+    q.gone = &gone;
+    CHECK(pthread_create(&t, NULL, fill_then_wait, &q) == 0);
+    pthread_barrier_wait(&cached);
+    ascm_pool_destroy(p);
+    p = new_pool(SIZE, ASCM_CACHES_ON); /* likely at the same address */
+    uint64_t a;
+    CHECK(ascm_pool_alloc(p, 64, 8, &a) == ASCM_OK && ascm_pool_free(p, a) == ASCM_OK);
+    pthread_barrier_wait(&gone);
+    pthread_join(t, NULL);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    pthread_barrier_destroy(&cached);
+    pthread_barrier_destroy(&gone);
+}
+
+/* Slots parked in caches do not make an allocation fail. */
+static void test_full_pool_flushes_caches(void) {
+    ascm_pool *p = new_pool(1u << 20, ASCM_CACHES_ON);
+    uint64_t a[256];
+    int n = 0;
+    while (n < 256 && ascm_pool_alloc(p, 4096, 8, &a[n]) == ASCM_OK) n++;
+    CHECK(n >= 200);
+    for (int i = 0; i < n; i++) CHECK(ascm_pool_free(p, a[i]) == ASCM_OK);
+    uint64_t big;
+    CHECK(ascm_pool_alloc(p, 1u << 20, 4096, &big) == ASCM_OK); /* the whole range */
+    CHECK(ascm_pool_free(p, big) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
+/* The child of a fork gets the forking thread's pool without the other
+ * threads' caches: their slots go back, and the counts follow. */
+static void test_fork_with_caches(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    pthread_barrier_t cached, gone;
+    pthread_barrier_init(&cached, NULL, 2);
+    pthread_barrier_init(&gone, NULL, 2);
+    quitter q = {p, &cached, &gone};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, fill_then_wait, &q) == 0);
+    pthread_barrier_wait(&cached); /* its cache holds slots now */
+    uint64_t mine;
+    CHECK(ascm_pool_alloc(p, 64, 8, &mine) == ASCM_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char m[128];
+        ascm_stats st;
+        ascm_pool_stats(p, &st);
+        int ok = ascm_pool_check(p, m, sizeof m) == ASCM_OK && st.live_count == 1 &&
+                 ascm_pool_free(p, mine) == ASCM_OK && ascm_pool_trim(p) > 0;
+        ascm_pool_stats(p, &st);
+        _exit(ok && st.free == st.capacity ? 0 : 3);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    pthread_barrier_wait(&gone);
+    pthread_join(t, NULL);
+    CHECK(ascm_pool_free(p, mine) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    pthread_barrier_destroy(&cached);
+    pthread_barrier_destroy(&gone);
+}
+
+/* AUTO turns caches on when threads meet at the lock; OFF flushes them. */
+static void test_modes(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_AUTO);
+    CHECK(!ascm_caches_on(p));
+    pthread_t t[2];
+    steady w[2];
+    for (int round = 0; round < 20 && !ascm_caches_on(p); round++) {
+        for (int i = 0; i < 2; i++) {
+            w[i] = (steady){p, i, 20000, 1234567ull * (uint64_t)(i + 1 + round)};
+            CHECK(pthread_create(&t[i], NULL, steady_worker, &w[i]) == 0);
+        }
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    }
+    CHECK(ascm_caches_on(p));
+    uint64_t a;
+    CHECK(ascm_pool_alloc(p, 64, 8, &a) == ASCM_OK && ascm_pool_free(p, a) == ASCM_OK); /* cached */
+    CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_OFF) == ASCM_OK);
+    CHECK(!ascm_caches_on(p));
+    CHECK(ascm_pool_set_thread_caches(p, 7) == ASCM_ERR_INVAL);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.alloc_count == st.free_count);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    ascm_pool_config cfg = {.base = BASE, .size = SIZE, .min_block = 4096, .single_threaded = 1};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_ON) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_OFF) == ASCM_OK);
+    ascm_pool_destroy(p);
+}
+
+int main(void) {
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } tests[] = {
+        {"threads_share_a_pool", test_threads_share_a_pool},
+        {"cross_thread_frees", test_cross_thread_frees},
+        {"bad_frees", test_bad_frees},
+        {"thread_exit_and_destroy", test_thread_exit_and_destroy},
+        {"full_pool_flushes_caches", test_full_pool_flushes_caches},
+        {"fork_with_caches", test_fork_with_caches},
+        {"modes", test_modes},
+    };
+    int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
+    for (int i = 0; i < n; i++) {
+        int before = failures;
+        tests[i].fn();
+        if (failures == before) passed++;
+        else fprintf(stderr, "FAILED: %s\n", tests[i].name);
+    }
+    printf("%d passed, %d failed\n", passed, n - passed);
+    return passed == n ? 0 : 1;
+}
