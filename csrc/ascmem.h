@@ -168,12 +168,17 @@ int ascm_pool_sleep(ascm_pool *p, uint64_t addr);
 void ascm_pool_detach_mapping(ascm_pool *p);
 int ascm_pool_wake(ascm_pool *p, uint64_t addr);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
-/* Thread caches: per-thread caches of slab slots in front of the pool lock.
- * AUTO (the default): on from the first time two threads meet at the lock;
- * OFF: never (a cache on is flushed); ON: now.  Statistics, check() and walks
- * flush every cache first, so they stay exact.  ASCM_ERR_INVAL for another
- * mode, or a mode other than OFF on a single-threaded pool. */
-enum { ASCM_CACHES_AUTO = 0, ASCM_CACHES_OFF = 1, ASCM_CACHES_ON = 2 };
+/* Thread caches (tcache.c): a cache of slab slots per thread in front of
+ * the pool lock.  OFF (the default): none.  ON: from now on.  AUTO: from the
+ * first time two threads meet at the lock.  Statistics, check() and walks
+ * flush every cache first, so they stay exact; an allocation that finds no
+ * room flushes them and tries again.  They pay where threads free the small
+ * blocks they allocate (two threads on slab sizes: about 2x the pairs per
+ * second); blocks freed by another thread cost more than through the lock,
+ * so a thread that mostly allocates or mostly frees passes its cache by
+ * (BENCHMARKS.md).  ASCM_ERR_INVAL for another mode, or for ON or AUTO on a
+ * single-threaded pool. */
+enum { ASCM_CACHES_OFF = 0, ASCM_CACHES_ON = 1, ASCM_CACHES_AUTO = 2 };
 int ascm_pool_set_thread_caches(ascm_pool *p, int mode);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */

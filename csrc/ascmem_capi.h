@@ -26,7 +26,7 @@
  * ascm_stats mapped, peak_mapped, map_calls and unmap_calls (paged pools).
  * Functions appended without a new version (older extensions still work; a
  * newer one is refused by an older ascmem, whose table is smaller):
- * pool_alloc_handle and pool_free_handle. */
+ * pool_alloc_handle and pool_free_handle; then pool_set_thread_caches. */
 #define ASCM_CAPI_VERSION 4
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
@@ -54,6 +54,8 @@ typedef struct ascm_capi {
     int (*pool_alloc_handle)(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr,
                              ascm_handle *h);
     int (*pool_free_handle)(ascm_pool *p, ascm_handle h);
+    /* thread caches (ascmem.h): ASCM_CACHES_OFF, _ON or _AUTO */
+    int (*pool_set_thread_caches)(ascm_pool *p, int mode);
 } ascm_capi;
 
 static const ascm_capi *ascm_api = NULL;

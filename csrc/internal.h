@@ -249,6 +249,7 @@ typedef struct ascm_slab {
     uint64_t *live;      /* 1 = held by a caller (__atomic), on lines of their own;
                             taken but not live = in a thread cache */
     uint16_t *slack;     /* per slot: class size - requested */
+    void *mem;           /* what malloc returned: the descriptor is aligned within it */
     /* changed under the pool lock */
     _Alignas(64) uint32_t node; /* fit node that holds it */
     uint32_t nfree;
@@ -272,7 +273,7 @@ typedef struct ascm_slab_class {
 /* Slab granule -> descriptor, in leaves of 2^ASCM_SLAB_LEAF_BITS entries
  * made on first use and kept to the pool's end: a thread cache reads it with
  * no lock while the pool writes other entries (all accesses __atomic). */
-#define ASCM_SLAB_LEAF_BITS 10
+#define ASCM_SLAB_LEAF_BITS 8
 typedef struct ascm_slab_table {
     ascm_slab ***leaves;
     uint64_t nleaves;

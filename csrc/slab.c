@@ -132,8 +132,11 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
     }
     uint32_t nwords = (k->count + 63) / 64;
     size_t bytes = descriptor_bytes(k->count);
-    ascm_slab *s = aligned_alloc(64, bytes); /* ascm_slab_new sets what it holds */
-    if (!s) return ASCM_ERR_HOSTMEM;
+    /* aligned by hand: aligned_alloc cost LIFO pairs 20 instructions more */
+    void *mem = malloc(bytes + 63);
+    if (!mem) return ASCM_ERR_HOSTMEM;
+    ascm_slab *s = (ascm_slab *)(((uintptr_t)mem + 63) & ~(uintptr_t)63); /* ascm_slab_new fills it */
+    s->mem = mem;
     if (si == p->slab_free_index) p->slab_free_index = (uint32_t)((uintptr_t)p->slabs[si] >> 1);
     else p->nslabs_used++;
     s->cls = (uint32_t)cls;
@@ -156,7 +159,7 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
  * descriptor. */
 static void free_descriptor(ascm_pool *p, ascm_slab *s) {
     uint32_t si = s->index;
-    free(s);
+    free(s->mem);
     p->slabs[si] = (ascm_slab *)(uintptr_t)(((uintptr_t)p->slab_free_index << 1) | 1u);
     p->slab_free_index = si;
 }
@@ -287,7 +290,7 @@ void ascm_slab_forget_all(ascm_pool *p) {
 
 void ascm_slab_destroy(ascm_pool *p) {
     for (uint32_t si = 1; si < p->nslabs_used; si++)
-        if (!((uintptr_t)p->slabs[si] & 1u)) free(p->slabs[si]);
+        if (!((uintptr_t)p->slabs[si] & 1u)) free(p->slabs[si]->mem);
     free(p->slabs);
     ascm_slab_table *t = &p->slabtab;
     for (uint64_t i = 0; t->leaves && i < t->nleaves; i++) free(t->leaves[i]);

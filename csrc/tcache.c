@@ -2,14 +2,17 @@
  * the same class without the pool lock.
  *
  * One cache per (thread, pool), made on the thread's first call after the
- * caches are on.  They come on (ASCM_CACHES_AUTO, the default) the first time
- * two threads meet at the pool lock, so a pool used from one thread -- every
- * replay, fit and benchmark of one thread -- places exactly as before.
+ * caches are on: from ascm_pool_set_thread_caches(ON), or with AUTO from the
+ * first time two threads meet at the pool lock.  Off by default: a thread
+ * that frees blocks another thread allocated moves the slab's lines between
+ * cores on each call, which the lock batches better (BENCHMARKS.md), so
+ * whether they pay depends on the workload.  While they are on, a thread
+ * that mostly allocates or mostly frees passes its cache by (passes()).
  *
  * Slot states: free (taken bit 0), live (taken 1, live 1: a caller holds it),
  * cached (taken 1, live 0: in some thread's cache).  A free by address goes
  * live -> cached without the pool lock: the slab table (leaves never freed)
- * finds the descriptor (never freed), and an atomic fetch-and on the live bit
+ * finds the descriptor (not freed while caches are on), and an atomic fetch-and on the live bit
  * decides between a racing double free and the first one.  The pool's own
  * paths change live bits atomically too while caches are on (internal.h).
  *
@@ -38,6 +41,8 @@
 #define TC_CLASS_BYTES 65536  /* ... and bytes: a class holds at most this, */
 #define TC_MIN_SLOTS 4        /* or this many slots */
 #define TC_POOLS 8           /* pools one thread keeps caches for */
+#define TC_WINDOW 4096       /* calls between looks at the thread's balance (see passes) */
+#define TC_SKEW 4            /* allocations / frees past which a thread passes its cache by */
 #define TC_MISS 1
 
 typedef struct ascm_tcache {
@@ -46,6 +51,9 @@ typedef struct ascm_tcache {
     struct ascm_tcache *next; /* the pool's list, under caches_lock */
     pthread_t owner;
     int pool_gone, thread_gone; /* under lock */
+    /* the owner's alone: calls this window, and whether it passes the cache by */
+    uint32_t window_allocs, window_frees;
+    int bypass;
     /* counter changes since the last merge into the pool */
     int64_t used, requested, live;
     uint64_t allocs, frees, alloc_bytes, freed_bytes, alloc_requested, freed_requested;
@@ -200,6 +208,31 @@ static ascm_tcache *cache_of(ascm_pool *p) {
 
 /* ---- the fast paths ---------------------------------------------------- */
 
+/* A cache pays only when its thread frees what it allocates: a block freed
+ * by another thread moves its slab's lines between cores on every call, and
+ * a cache cannot batch that away (producer-consumer pairs ran 30% slower
+ * through caches than through the lock).  So each TC_WINDOW calls the
+ * thread's balance is looked at: a thread that mostly allocates, or mostly
+ * frees, passes its cache by (its slots go back) until it balances again. */
+static int passes(ascm_pool *p, ascm_tcache *c, int is_alloc) {
+    if (is_alloc) c->window_allocs++;
+    else c->window_frees++;
+    if (c->window_allocs + c->window_frees < TC_WINDOW) return c->bypass;
+    uint32_t a = c->window_allocs, f = c->window_frees;
+    int bypass = a > TC_SKEW * f || f > TC_SKEW * a;
+    c->window_allocs = c->window_frees = 0;
+    if (bypass && !c->bypass) {
+        ascm_lock_acquire(&c->lock);
+        ascm_pool_lock(p);
+        flush_locked(p, c);
+        ascm_pool_unlock(p);
+        ascm_lock_release(&c->lock);
+    }
+    c->bypass = bypass;
+    return bypass;
+}
+
+
 /* Pool lock not held, cache's held: up to half a cache of class cls. */
 static void refill(ascm_pool *p, ascm_tcache *c, int cls) {
     unsigned want = c->cap[cls] / 2;
@@ -218,7 +251,7 @@ int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t 
     int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
     if (cls < 0) return TC_MISS;
     ascm_tcache *c = cache_of(p);
-    if (!c) return TC_MISS;
+    if (!c || passes(p, c, 1)) return TC_MISS;
     ascm_lock_acquire(&c->lock);
     if (ASCM_UNLIKELY(!ascm_caches_on(p))) goto miss; /* turned off while we waited */
     if (!c->n[cls]) refill(p, c, cls);
@@ -247,7 +280,7 @@ int ascm_tcache_free(ascm_pool *p, uint64_t addr) {
     uint64_t off = addr - p->base; /* below base wraps past size */
     if (off >= p->size) return TC_MISS;
     ascm_tcache *c = cache_of(p);
-    if (!c) return TC_MISS;
+    if (!c || passes(p, c, 0)) return TC_MISS;
     ascm_lock_acquire(&c->lock);
     if (ASCM_UNLIKELY(!ascm_caches_on(p))) goto miss;
     /* While this cache's lock is held, no descriptor is freed (caches are

@@ -40,8 +40,8 @@ static int mirror_map(void *ctx, uint64_t addr, uint64_t size, int map) {
 static void paged_agrees(ascm_pool *p, const mirror *m) {
     ascm_stats st;
     uint64_t n = 0;
+    ascm_pool_stats(p, &st); /* first: with thread caches on it flushes them, which may unmap */
     for (unsigned g = 0; g < PAGED_GRANULES; g++) n += m->mapped[g];
-    ascm_pool_stats(p, &st);
     if (st.mapped != n * GRANULE) {
         fprintf(stderr, "paged pool: %llu bytes mapped, the hook saw %llu\n",
                 (unsigned long long)st.mapped, (unsigned long long)(n * GRANULE));
@@ -83,6 +83,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dc.budget.huge_grows = size & 1;
     if (ascm_pool_create(&pc, &pool) || ascm_buddy_create(1ull << 32, 6u << 20, 4096, &buddy) ||
         ascm_device_create(&dc, &dev) || ascm_pool_create(&gc, &paged))
+        abort();
+    /* thread caches on for some inputs: frees then go through the lock-free
+     * validation of tcache.c, which the bad frees below must not get past */
+    if (((size & 8) && ascm_pool_set_thread_caches(pool, ASCM_CACHES_ON)) ||
+        ((size & 16) && ascm_pool_set_thread_caches(paged, ASCM_CACHES_ON)))
         abort();
     uint64_t live[4][SLOTS] = {{0}};
     ascm_handle handles[SLOTS] = {0}; /* the pool's blocks allocated by handle */

@@ -120,7 +120,53 @@ static PyObject *handle_roundtrip(PyObject *self, PyObject *args) {
     return Py_BuildValue("KKii", (unsigned long long)addr, (unsigned long long)h, first, second);
 }
 
+/* threads of its own, without the GIL, on a Python pool with thread caches
+ * on: each allocates and frees small blocks, and some of another's; returns
+ * the number of calls that failed */
+#include <pthread.h>
+typedef struct { ascm_pool *p; uint64_t seed; uint64_t *shared; int failed; } churner;
+static void *churn(void *arg) {
+    churner *c = arg;
+    uint64_t live[256] = {0}, s = c->seed;
+    for (int i = 0; i < 200000; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        int v = (int)(s % 256);
+        if (live[v] && ascm_api->pool_free(c->p, live[v])) c->failed++;
+        live[v] = 0;
+        if (ascm_api->pool_alloc(c->p, 1 + (s >> 20) % 32768, 16, &live[v])) c->failed++;
+        if (i % 64 == 0) { /* hand one over: another thread frees it */
+            uint64_t old = __atomic_exchange_n(c->shared, live[v], __ATOMIC_ACQ_REL);
+            live[v] = 0;
+            if (old && ascm_api->pool_free(c->p, old)) c->failed++;
+        }
+    }
+    for (int v = 0; v < 256; v++)
+        if (live[v] && ascm_api->pool_free(c->p, live[v])) c->failed++;
+    return NULL;
+}
+static PyObject *churn_threads(PyObject *self, PyObject *args) {
+    PyObject *pool_obj;
+    int n;
+    if (!PyArg_ParseTuple(args, "Oi", &pool_obj, &n) || n < 1 || n > 16) return NULL;
+    ascm_pool *p = ascm_api->pool_of(pool_obj);
+    if (!p || ascm_api->pool_set_thread_caches(p, ASCM_CACHES_ON)) return NULL;
+    pthread_t t[16];
+    churner c[16];
+    uint64_t shared = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < n; i++) {
+        c[i] = (churner){p, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), &shared, 0};
+        pthread_create(&t[i], NULL, churn, &c[i]);
+    }
+    for (int i = 0; i < n; i++) { pthread_join(t[i], NULL); failed += c[i].failed; }
+    if (shared && ascm_api->pool_free(p, shared)) failed++;
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(failed);
+}
+
 static PyMethodDef methods[] = {
+    {"churn_threads", churn_threads, METH_VARARGS, NULL},
     {"roundtrip", roundtrip, METH_VARARGS, NULL},
     {"handle_roundtrip", handle_roundtrip, METH_VARARGS, NULL},
     {"release", release, METH_VARARGS, NULL},
@@ -215,6 +261,16 @@ def test_c_extension_uses_the_capsule(built):
         addr, handle, first, second = capi_user.handle_roundtrip(p, size)
         assert handle != 0 and first == 0 and second != 0
     assert p.stats()["live_count"] == 0
+    p.check()
+
+
+def test_c_extension_threads_share_a_pool_through_thread_caches(built):
+    _, capi_user = built
+    p = ascmem.Pool(1 << 28, base=1 << 32)
+    assert capi_user.churn_threads(p, 4) == 0
+    st = p.stats()
+    assert st["live_count"] == 0 and st["used"] == 0
+    assert st["alloc_count"] == st["free_count"] == 4 * 200000
     p.check()
 
 

@@ -1,6 +1,7 @@
 /* The multi-thread workloads of threads.h against one shared ascm_pool (the
- * pool's own lock, freeing by address) and against one shared Device (its
- * chunks' pools and its budget).  make -C benchmarks/c threads */
+ * pool's own lock, freeing by address), the same with thread caches on
+ * ("cached"), and against one shared Device (its chunks' pools and its
+ * budget).  make -C benchmarks/c threads */
 #define _GNU_SOURCE
 #include "ascmem.h"
 #include "threads.h"
@@ -20,6 +21,14 @@ static void pool_free(void *a, uint64_t h) { ascm_pool_free((ascm_pool *)a, h); 
 static void pool_destroy(void *a) { ascm_pool_destroy((ascm_pool *)a); }
 
 static const backend pool_backend = {"ascmem pool", pool_make, pool_alloc, pool_free, pool_destroy};
+
+static void *cached_make(void) {
+    ascm_pool *p = pool_make();
+    if (ascm_pool_set_thread_caches(p, ASCM_CACHES_ON) != ASCM_OK) exit(1);
+    return p;
+}
+static const backend cached_backend = {"ascmem pool, thread caches", cached_make, pool_alloc, pool_free,
+                                       pool_destroy};
 
 static void *device_make(void) {
     ascm_device_config cfg;
@@ -51,6 +60,10 @@ static const backend device_backend = {"ascmem device", device_make, device_allo
                                        device_destroy};
 
 int main(int argc, char **argv) {
-    int device = argc > 2 && !strcmp(argv[2], "device");
-    return run_threads(device ? &device_backend : &pool_backend, argc, argv);
+    const backend *b = &pool_backend;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "device")) b = &device_backend;
+        if (!strcmp(argv[i], "cached")) b = &cached_backend;
+    }
+    return run_threads(b, argc, argv);
 }

@@ -7,12 +7,15 @@
  *   prodcons: one thread allocates and hands each block over a ring to a
  *             second thread, which frees it (a decode thread feeding a
  *             post-processing one).
+ * With the argument "small" (after the runs), steady sizes stop at 32 KiB:
+ * the slab classes alone, where thread caches apply.
  * Printed: pairs per second, in all and per thread (median of runs).
  * Written with GCC's __atomic builtins and pthreads so that C and C++ share it. */
 #ifndef ASCMEM_BENCH_THREADS_H
 #define ASCMEM_BENCH_THREADS_H
 
 #include <pthread.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "workload.h"
@@ -45,9 +48,11 @@ static inline uint64_t rand_of(uint64_t *s) {
     return *s;
 }
 
-static inline uint64_t size_of(uint64_t *s) { /* 64 B .. 4 MiB, log-uniform */
+static double t_max_size = 4194304.0; /* steady sizes' top: 4 MiB, or 32 KiB with "small" */
+
+static inline uint64_t size_of(uint64_t *s) { /* 64 B .. t_max_size, log-uniform */
     double u = (double)(rand_of(s) >> 11) / 9007199254740992.0;
-    return (uint64_t)exp(log(64.0) + u * (log(4194304.0) - log(64.0)));
+    return (uint64_t)exp(log(64.0) + u * (log(t_max_size) - log(64.0)));
 }
 
 static void *steady_worker(void *arg) {
@@ -133,6 +138,8 @@ static double producer_consumer(const backend *b) {
     uint64_t s = 12345;
     uint64_t *sizes = (uint64_t *)malloc(T_STEPS * sizeof *sizes);
     for (int i = 0; i < T_STEPS; i++) sizes[i] = size_of(&s) % (64 << 10) + 64; /* frames, tensors */
+    if (t_max_size < 65536) /* small: the same draws, within the slab classes */
+        for (int i = 0; i < T_STEPS; i++) sizes[i] = sizes[i] % 32704 + 64;
     pthread_t t;
     double t0 = now();
     pthread_create(&t, NULL, consumer, r);
@@ -155,6 +162,8 @@ static double producer_consumer(const backend *b) {
 
 static int run_threads(const backend *b, int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : T_RUNS;
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "small")) t_max_size = 32768.0;
     if (runs < 1 || runs > 99) runs = T_RUNS;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int counts[3] = {1, 2, (int)(cpus > 64 ? 64 : cpus)};

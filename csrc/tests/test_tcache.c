@@ -305,9 +305,16 @@ static void test_fork_with_caches(void) {
     pthread_barrier_destroy(&gone);
 }
 
-/* AUTO turns caches on when threads meet at the lock; OFF flushes them. */
+/* Off by default; AUTO turns caches on when threads meet at the lock; OFF
+ * flushes them. */
 static void test_modes(void) {
-    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_AUTO);
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_OFF);
+    ascm_pool_config plain = {.base = BASE, .size = SIZE, .min_block = 4096};
+    ascm_pool *q;
+    CHECK(ascm_pool_create(&plain, &q) == ASCM_OK);
+    CHECK(q->caches_mode == ASCM_CACHES_OFF);
+    ascm_pool_destroy(q);
+    CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_AUTO) == ASCM_OK);
     CHECK(!ascm_caches_on(p));
     pthread_t t[2];
     steady w[2];

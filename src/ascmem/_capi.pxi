@@ -23,6 +23,7 @@ cdef extern from "ascmem_capi.h":
         const char *(*status_str)(int) noexcept nogil
         int (*pool_alloc_handle)(ascm_pool *, uint64_t, uint64_t, uint64_t *, uint64_t *) noexcept nogil
         int (*pool_free_handle)(ascm_pool *, uint64_t) noexcept nogil
+        int (*pool_set_thread_caches)(ascm_pool *, int) noexcept nogil
 
 
 cdef ascm_pool *_capi_pool_of(PyObject *o) noexcept:
@@ -52,5 +53,6 @@ _capi.device_free = ascm_device_free
 _capi.status_str = ascm_status_str
 _capi.pool_alloc_handle = ascm_pool_alloc_handle
 _capi.pool_free_handle = ascm_pool_free_handle
+_capi.pool_set_thread_caches = ascm_pool_set_thread_caches
 
 _C_API = PyCapsule_New(<void *>&_capi, "ascmem._core._C_API", NULL)

@@ -67,6 +67,11 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr,
                                ascm_handle *h)
     int ascm_pool_free_handle(ascm_pool *p, ascm_handle h)
+    int ascm_pool_set_thread_caches(ascm_pool *p, int mode)
+    enum:
+        ASCM_CACHES_OFF
+        ASCM_CACHES_ON
+        ASCM_CACHES_AUTO
     const char *ascm_status_str(int status)
 
     enum:
@@ -192,6 +197,7 @@ cdef class Pool:
     cdef readonly uint64_t base, capacity, min_block, page_size
     cdef readonly uint64_t granule, release_threshold  # paged pools; 0 for contiguous ones
     cdef bint _closed
+    cdef readonly str thread_caches  # "off", "on" or "auto"
     # C-level entry points for other Cython extensions (through the type's
     # vtable, so they need no link to this module): no Python call, no GIL.
     # They return an ascm_status (0 = ASCM_OK).

@@ -271,7 +271,7 @@ cdef str _pool_config_problem(ascm_pool_config *c):
 
 @cython.final
 cdef class Pool:
-    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0)
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches="off")
 --
 
     A pool over the address range [base, base + size): slabs for requests
@@ -286,10 +286,15 @@ cdef class Pool:
     ``release_threshold`` bytes of free granules stay mapped for reuse.
     ``stats()`` then has ``mapped``, ``peak_mapped``, ``map_calls`` and
     ``unmap_calls``; ``trim()`` unmaps the kept granules.
+
+    ``thread_caches`` ("off", "on" or "auto": from the first time two threads
+    meet at the pool's lock) puts a cache of small blocks per thread in front
+    of the lock, for callers that allocate without the GIL (``cimport`` or
+    the C API).  Statistics, ``check()`` and walks flush them first.
     """
 
     def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
-                  release_threshold=0):
+                  release_threshold=0, thread_caches="off"):
         cdef ascm_pool_config cfg
         memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
@@ -313,6 +318,11 @@ cdef class Pool:
             raise InvalidArgumentError(f"bad pool: {_pool_config_problem(&cfg)}")
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the pool's metadata ran out")
+        modes = {"off": ASCM_CACHES_OFF, "on": ASCM_CACHES_ON, "auto": ASCM_CACHES_AUTO}
+        if thread_caches not in modes:
+            raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {thread_caches!r}")
+        ascm_pool_set_thread_caches(self._p, modes[thread_caches])
+        self.thread_caches = thread_caches
         self.base = cfg.base
         self.capacity = cfg.size
         self.min_block = cfg.min_block

@@ -205,6 +205,9 @@ def c_threads(runs):
     if built.returncode:
         return None
     runs_of = {"ascmem pool": ["bench_threads", str(runs)],
+               "ascmem pool, caches on": ["bench_threads", str(runs), "cached"],
+               "ascmem pool, caches on, slab sizes": ["bench_threads", str(runs), "cached", "small"],
+               "ascmem pool, slab sizes": ["bench_threads", str(runs), "small"],
                "ascmem device": ["bench_threads", str(runs), "device"]}
     peer = subprocess.run(["make", "-s", "-C", bench_dir, "peer_threads",
                            f"PYTHON={sys.executable}"], capture_output=True, text=True)
@@ -349,7 +352,7 @@ def _run(args):
             counts = sorted({int(k.split("_")[1]) for k in r if k.startswith("steady_")})
             cells = [f"{n} thr {r[f'steady_{n}_threads_pairs_per_s'] / 1e6:.2f} / "
                      f"{r[f'steady_{n}_threads_pairs_per_s_per_thread'] / 1e6:.2f}" for n in counts]
-            print(f"  {name:24s}" + "; ".join(cells) +
+            print(f"  {name:36s}" + "; ".join(cells) +
                   f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}")
 
     host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
