@@ -278,7 +278,9 @@ miss:
 
 int ascm_tcache_free(ascm_pool *p, uint64_t addr) {
     uint64_t off = addr - p->base; /* below base wraps past size */
-    if (off >= p->size) return TC_MISS;
+    /* not in a slab: a large block, or no block (the table's leaves are
+     * never freed, so this look needs no lock; the descriptor's does) */
+    if (off >= p->size || !ascm_slab_of(p, off)) return TC_MISS;
     ascm_tcache *c = cache_of(p);
     if (!c || passes(p, c, 0)) return TC_MISS;
     ascm_lock_acquire(&c->lock);
