@@ -412,6 +412,20 @@ void ascm_tcache_go(ascm_pool *p);
 /* Pool lock held: used, requested and live counts from the blocks (a child
  * after fork). */
 void ascm_pool_recount(ascm_pool *p);
+/* For calls that read or change the pool whole (pool_readout.c, reset, trim,
+ * close): the pool lock, and with thread caches on every cache flushed and
+ * held first; returns what ascm_pool_unlock_whole needs. */
+int ascm_pool_lock_whole(ascm_pool *p);
+void ascm_pool_unlock_whole(ascm_pool *p, int whole);
+
+/* Hands the pool's kept last freed block (pool.c) to best fit; its pages
+ * are already given. */
+static inline void ascm_pool_flush_last_freed(ascm_pool *p) {
+    if (p->last_freed) {
+        ascm_fit_give(&p->fit, p->last_freed);
+        p->last_freed = ASCM_NODE_NONE;
+    }
+}
 
 void ascm_slab_init_classes(ascm_pool *p);
 /* Slow paths of the inline slab functions below. */

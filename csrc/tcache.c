@@ -356,6 +356,22 @@ __attribute__((noinline)) void ascm_pool_lock_contended(ascm_pool *p) {
     }
 }
 
+/* Caches come on only under the pool lock, hence the second look. */
+int ascm_pool_lock_whole(ascm_pool *p) {
+    if (!ascm_caches_on(p)) {
+        ascm_pool_lock(p);
+        if (ASCM_LIKELY(!ascm_caches_on(p))) return 0;
+        ascm_pool_unlock(p);
+    }
+    ascm_tcache_stop(p);
+    return 1;
+}
+
+void ascm_pool_unlock_whole(ascm_pool *p, int whole) {
+    if (whole) ascm_tcache_go(p);
+    else ascm_pool_unlock(p);
+}
+
 /* Every cache locked and flushed, and the pool lock held: the pool as if no
  * cache existed, until ascm_tcache_go. */
 void ascm_tcache_stop(ascm_pool *p) {

@@ -12,17 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
-
-static char msg[256];
-#define POOL_OK(p) CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_OK || (fprintf(stderr, "  %s\n", msg), 0))
+#include "check.h"
 #define BUDDY_OK(b) CHECK(ascm_buddy_check(b, msg, sizeof msg) == ASCM_OK || (fprintf(stderr, "  %s\n", msg), 0))
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

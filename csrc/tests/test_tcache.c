@@ -13,17 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-static char msg[256];
-#define POOL_OK(p) CHECK(ascm_pool_check(p, msg, sizeof msg) == ASCM_OK || (fprintf(stderr, "  %s\n", msg), 0))
+#include "check.h"
 
 #define BASE (1ull << 32)
 #define SIZE (64ull << 20)
