@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__GNUC__)
@@ -33,6 +34,16 @@ static inline unsigned ascm_ctz64(uint64_t x) { return (unsigned)__builtin_ctzll
 static inline unsigned ascm_log2_floor(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); } /* x != 0 */
 static inline unsigned ascm_log2_ceil(uint64_t x) { return x <= 1 ? 0 : ascm_log2_floor(x - 1) + 1; }
 static inline int ascm_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+/* Zeroed memory aligned to a cache line, for structures that threads share
+ * (the pool, a thread cache): a line of one must not hold another's fields.
+ * Freed with free(). */
+static inline void *ascm_zalloc_lines(size_t bytes) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
 
 /* Zeroed arrays sized by the range (one entry per unit or page): mapped
  * lazily, so untouched parts cost nothing, and on transparent huge pages

@@ -185,7 +185,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
         cfg->size % gran ||
         cfg->base % gran || cfg->base + cfg->size < cfg->base || (cfg->paged && page < gran))
         return ASCM_ERR_INVAL;
-    ascm_pool *p = calloc(1, sizeof *p);
+    ascm_pool *p = ascm_zalloc_lines(sizeof *p);
     if (!p) return ASCM_ERR_HOSTMEM;
     p->base = cfg->base;
     p->size = cfg->size;

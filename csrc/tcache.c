@@ -139,7 +139,7 @@ static void thread_exits(void *arg) {
 static void make_key(void) { pthread_key_create(&exit_key, thread_exits); }
 
 static ascm_tcache *new_cache(ascm_pool *p) {
-    ascm_tcache *c = calloc(1, sizeof *c);
+    ascm_tcache *c = ascm_zalloc_lines(sizeof *c);
     if (!c) return NULL;
     c->pool = p;
     c->owner = pthread_self();
