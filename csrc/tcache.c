@@ -153,7 +153,10 @@ static ascm_tcache *new_cache(ascm_pool *p) {
     ascm_lock_acquire(&p->caches_lock);
     for (ascm_tcache **link = &p->caches; *link;) { /* caches of threads that have ended */
         ascm_tcache *old = *link;
-        if (old->thread_gone) {
+        ascm_lock_acquire(&old->lock); /* thread_gone was set under it */
+        int gone = old->thread_gone;
+        ascm_lock_release(&old->lock);
+        if (gone) {
             *link = old->next;
             free(old);
         } else {
