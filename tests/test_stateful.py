@@ -119,11 +119,20 @@ class PoolModel(AllocatorModel):
     make = staticmethod(lambda: ascmem.Pool(CAPACITY, base=BASE, page_size=1 << 21))
 
 
+class CachedPoolModel(AllocatorModel):
+    """The same rules through a thread cache: frees go to the cache, its
+    slots serve later allocations, stats and check() flush it first."""
+    make = staticmethod(lambda: ascmem.Pool(CAPACITY, base=BASE, page_size=1 << 21,
+                                            thread_caches="on"))
+
+
 class BuddyModel(AllocatorModel):
     make = staticmethod(lambda: ascmem.BuddyAllocator(CAPACITY, base=BASE))
 
 
 TestPool = PoolModel.TestCase
 TestPool.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+TestCachedPool = CachedPoolModel.TestCase
+TestCachedPool.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
 TestBuddy = BuddyModel.TestCase
 TestBuddy.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
