@@ -494,17 +494,28 @@ static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s
     return slot >= 0 && ascm_slab_is_live(p, s, (uint64_t)slot) ? slot : -1;
 }
 
+/* A slot's slack (class size - requested).  A thread cache writes and reads
+ * it without the pool lock, ordered by the slot's live bit; a stale free
+ * racing a reset may read one a cache is writing, so every access is an
+ * atomic one (a plain move on x86). */
+static inline uint32_t ascm_slab_slack(const ascm_slab *s, uint64_t slot) {
+    return __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED);
+}
+static inline void ascm_slab_set_slack(ascm_slab *s, uint64_t slot, uint64_t slack) {
+    __atomic_store_n(&s->slack[slot], (uint16_t)slack, __ATOMIC_RELAXED);
+}
+
 /* A slot's live bit, under the pool lock, while thread caches are on: a
  * cache may change other bits of the word without the lock, hence atomic. */
 static inline void ascm_slab_set_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
     if (ASCM_UNLIKELY(ascm_caches_on(p)))
-        __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELAXED);
+        __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELEASE);
 }
 /* A live slot stops being live; 0 if it was not live (then nothing changed). */
 static inline int ascm_slab_clear_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
     uint64_t m = 1ull << (slot & 63);
     if (ASCM_LIKELY(!ascm_caches_on(p))) return (s->bits[slot >> 6] & m) != 0;
-    return (__atomic_fetch_and(&s->live[slot >> 6], ~m, __ATOMIC_RELAXED) & m) != 0;
+    return (__atomic_fetch_and(&s->live[slot >> 6], ~m, __ATOMIC_ACQ_REL) & m) != 0;
 }
 /* Pool lock held, caches about to come on: live bits := taken bits. */
 void ascm_slab_sync_live(ascm_pool *p);
@@ -542,7 +553,7 @@ static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uin
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     ascm_slab *s = p->slabs[*slab];
     uint32_t size = p->classes[cls].size, slot = *slot_out;
-    s->slack[slot] = (uint16_t)(size - requested);
+    ascm_slab_set_slack(s, slot, size - requested);
     ascm_slab_set_live(p, s, slot);
     *off = s->off + (uint64_t)slot * size;
     return ASCM_OK;
@@ -567,7 +578,7 @@ static inline int ascm_slab_free(ascm_pool *p, uint32_t si, uint64_t off, uint64
     if (ASCM_UNLIKELY(slot < 0 || !ascm_slab_clear_live(p, s, (uint64_t)slot))) return ASCM_ERR_BADFREE;
     uint32_t size = p->classes[s->cls].size;
     *usable = size;
-    *requested = size - s->slack[slot];
+    *requested = size - ascm_slab_slack(s, (uint64_t)slot);
     ascm_slab_put(p, si, (uint64_t)slot);
     return ASCM_OK;
 }

@@ -120,7 +120,7 @@ void ascm_pool_recount(ascm_pool *p) {
             if (ascm_slab_is_live(p, s, slot)) {
                 live++;
                 used += size;
-                requested += size - s->slack[slot];
+                requested += size - ascm_slab_slack(s, slot);
             }
     }
     p->live_count = live;

@@ -244,7 +244,7 @@ int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_
     int64_t slot = ascm_slab_live_slot(p, s, off);
     if (slot < 0) return ASCM_ERR_BADFREE;
     *usable = p->classes[s->cls].size;
-    *requested = *usable - s->slack[slot];
+    *requested = *usable - ascm_slab_slack(s, (uint64_t)slot);
     return ASCM_OK;
 }
 
@@ -326,7 +326,7 @@ void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
         uint32_t size = p->classes[s->cls].size;
         for (uint32_t slot = 0; slot < s->count; slot++)
             if (ascm_slab_is_live(p, s, slot))
-                fn(ctx, p->base + s->off + (uint64_t)slot * size, size, size - s->slack[slot]);
+                fn(ctx, p->base + s->off + (uint64_t)slot * size, size, size - ascm_slab_slack(s, slot));
     }
 }
 
@@ -379,10 +379,10 @@ int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t
                 FAIL(msg, msglen, "slab %u slot %u is %s", si, slot, live ? "live but free" : "taken but not live");
             if (!bit) continue;
             inuse++;
-            if (s->slack[slot] >= k->size)
+            if (ascm_slab_slack(s, slot) >= k->size)
                 FAIL(msg, msglen, "slab %u slot %u has a bad size", si, slot);
             *used += k->size;
-            *requested += k->size - s->slack[slot];
+            *requested += k->size - ascm_slab_slack(s, slot);
         }
         for (uint32_t w = 0; w < s->hint; w++)
             if (s->bits[w] != ~0ull) FAIL(msg, msglen, "slab %u hint skips a free slot", si);

@@ -263,7 +263,7 @@ int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t 
     ascm_slab *s = ascm_slab_of(p, off); /* a taken slot: its slab stays */
     uint32_t slot_size = c->size[cls];
     uint64_t slot = ((off - s->off) * c->div_magic[cls]) >> 48;
-    __atomic_store_n(&s->slack[slot], (uint16_t)(slot_size - requested), __ATOMIC_RELAXED);
+    ascm_slab_set_slack(s, slot, slot_size - requested);
     __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELEASE);
     c->used += slot_size;
     c->requested += (int64_t)requested;
@@ -305,7 +305,7 @@ int ascm_tcache_free(ascm_pool *p, uint64_t addr) {
         __atomic_fetch_or(word, bit, __ATOMIC_RELAXED); /* a bad free that raced a release */
         goto miss;
     }
-    uint64_t requested = size - __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED);
+    uint64_t requested = size - ascm_slab_slack(s, slot);
     if (c->n[cls] == c->cap[cls]) {
         ascm_pool_lock(p);
         give_back(p, c, cls, (c->n[cls] + 1) / 2);

@@ -333,6 +333,69 @@ static void test_modes(void) {
     ascm_pool_destroy(p);
 }
 
+typedef struct racer {
+    ascm_pool *p;
+    uint64_t seed;
+    int stop; /* __atomic */
+    int crashed_or_lost;
+} racer;
+
+/* Allocates and frees small blocks until told to stop; a free refused
+ * because a reset came first is expected, anything else is not. */
+static void *race(void *arg) {
+    racer *r = arg;
+    uint64_t live[64] = {0}, s = r->seed;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        int v = (int)(rand_of(&s) % 64);
+        if (live[v]) {
+            int st = ascm_pool_free(r->p, live[v]);
+            if (st != ASCM_OK && st != ASCM_ERR_BADFREE) r->crashed_or_lost++;
+            live[v] = 0;
+        }
+        int st = ascm_pool_alloc(r->p, 1 + rand_of(&s) % 30000, 8, &live[v]);
+        if (st != ASCM_OK) {
+            if (st != ASCM_ERR_NOMEM) r->crashed_or_lost++;
+            live[v] = 0;
+        }
+    }
+    for (int v = 0; v < 64; v++)
+        if (live[v]) ascm_pool_free(r->p, live[v]);
+    return NULL;
+}
+
+/* Modes switched, the pool reset and trimmed while threads allocate and
+ * free through their caches: every call returns a status, and the pool
+ * stays whole. */
+static void test_modes_and_resets_race_the_caches(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    pthread_t t[3];
+    racer r[3];
+    for (int i = 0; i < 3; i++) {
+        r[i] = (racer){p, 99u + (uint64_t)i, 0, 0};
+        CHECK(pthread_create(&t[i], NULL, race, &r[i]) == 0);
+    }
+    int modes[] = {ASCM_CACHES_OFF, ASCM_CACHES_ON, ASCM_CACHES_AUTO, ASCM_CACHES_ON};
+    for (int i = 0; i < 200; i++) {
+        CHECK(ascm_pool_set_thread_caches(p, modes[i % 4]) == ASCM_OK);
+        if (i % 50 == 49) ascm_pool_reset(p);
+        if (i % 10 == 0) ascm_pool_trim(p);
+        if (i % 20 == 0) POOL_OK(p);
+        usleep(200);
+    }
+    for (int i = 0; i < 3; i++) __atomic_store_n(&r[i].stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(r[i].crashed_or_lost == 0);
+    }
+    POOL_OK(p);
+    ascm_pool_reset(p);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 int main(void) {
     struct {
         const char *name;
@@ -345,6 +408,7 @@ int main(void) {
         {"full_pool_flushes_caches", test_full_pool_flushes_caches},
         {"fork_with_caches", test_fork_with_caches},
         {"modes", test_modes},
+        {"modes_and_resets_race_the_caches", test_modes_and_resets_race_the_caches},
     };
     int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
     for (int i = 0; i < n; i++) {
