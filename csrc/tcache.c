@@ -50,7 +50,7 @@ typedef struct ascm_tcache {
     ascm_pool *pool;
     struct ascm_tcache *next; /* the pool's list, under caches_lock */
     pthread_t owner;
-    int pool_gone, thread_gone; /* under lock */
+    int pool_gone, thread_gone; /* under lock (pool_gone also read __atomic by its thread) */
     /* the owner's alone: calls this window, and whether it passes the cache by */
     uint32_t window_allocs, window_frees;
     int bypass;
@@ -131,6 +131,7 @@ static void release_entry(ascm_tcache *c) { /* its thread lets go */
 
 static void thread_exits(void *arg) {
     thread_caches *t = arg;
+    mine = NULL; /* a later call in this thread's exit (another key's destructor) starts afresh */
     for (int i = 0; i < TC_POOLS; i++)
         if (t->cache[i]) release_entry(t->cache[i]);
     free(t);
@@ -191,10 +192,9 @@ static ascm_tcache *cache_of(ascm_pool *p) {
             slot = i;
             continue;
         }
-        ascm_lock_acquire(&c->lock);
-        int gone = c->pool_gone;
-        ascm_lock_release(&c->lock);
-        if (gone) { /* its pool was destroyed: the entry is free */
+        if (__atomic_load_n(&c->pool_gone, __ATOMIC_ACQUIRE)) { /* its pool was destroyed */
+            ascm_lock_acquire(&c->lock); /* destroy may still be letting go of it */
+            ascm_lock_release(&c->lock);
             free(c);
             t->cache[i] = NULL;
             slot = i;
@@ -342,7 +342,7 @@ void ascm_tcache_destroy(ascm_pool *p) {
     for (ascm_tcache *c = p->caches, *next; c; c = next) {
         next = c->next;
         ascm_lock_acquire(&c->lock);
-        c->pool_gone = 1;
+        __atomic_store_n(&c->pool_gone, 1, __ATOMIC_RELEASE);
         int dead = c->thread_gone;
         ascm_lock_release(&c->lock);
         if (dead) free(c);

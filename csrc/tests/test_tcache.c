@@ -333,6 +333,33 @@ static void test_modes(void) {
     ascm_pool_destroy(p);
 }
 
+/* A thread keeps caches for 8 pools: the others are served by their lock,
+ * and a destroyed pool's entry is taken by the next. */
+static void test_more_pools_than_entries(void) {
+    enum { N = 12 };
+    ascm_pool *p[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            ascm_pool_config cfg = {.base = BASE + ((uint64_t)i << 28), .size = 1u << 24, .min_block = 4096};
+            CHECK(ascm_pool_create(&cfg, &p[i]) == ASCM_OK);
+            CHECK(ascm_pool_set_thread_caches(p[i], ASCM_CACHES_ON) == ASCM_OK);
+        }
+        for (int i = 0; i < N; i++) {
+            uint64_t a[10];
+            for (int j = 0; j < 10; j++) CHECK(ascm_pool_alloc(p[i], 100, 8, &a[j]) == ASCM_OK);
+            for (int j = 0; j < 10; j++) CHECK(ascm_pool_free(p[i], a[j]) == ASCM_OK);
+            CHECK(ascm_pool_free(p[i], a[0]) == ASCM_ERR_BADFREE);
+        }
+        for (int i = 0; i < N; i++) {
+            ascm_stats st;
+            ascm_pool_stats(p[i], &st);
+            CHECK(st.live_count == 0 && st.alloc_count == 10 && st.free_count == 10);
+            POOL_OK(p[i]);
+            ascm_pool_destroy(p[i]);
+        }
+    }
+}
+
 typedef struct racer {
     ascm_pool *p;
     uint64_t seed;
@@ -408,6 +435,7 @@ int main(void) {
         {"full_pool_flushes_caches", test_full_pool_flushes_caches},
         {"fork_with_caches", test_fork_with_caches},
         {"modes", test_modes},
+        {"more_pools_than_entries", test_more_pools_than_entries},
         {"modes_and_resets_race_the_caches", test_modes_and_resets_race_the_caches},
     };
     int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
