@@ -446,6 +446,12 @@ void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si);
 void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si); /* keep as spare or release */
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
 
+/* The slab class a pool serves a request from, or -1 for the large-block
+ * path (alignment above the unit goes there too). */
+static inline int ascm_pool_class_of(const ascm_pool *p, uint64_t size, uint64_t align) {
+    return align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+}
+
 /* The slab at index si (< nslabs_used) if it holds storage now, else NULL:
  * the index may be free (tagged odd, see slab.c) or its descriptor idle. */
 static inline ascm_slab *ascm_slab_in_use(const ascm_pool *p, uint32_t si) {

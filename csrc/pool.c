@@ -274,7 +274,7 @@ static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested, 
                                uint64_t *addr, uint32_t *unmapped, uint32_t pending,
                                ascm_handle *handle) {
     if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
-    int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    int cls = ascm_pool_class_of(p, size, align);
     int st;
     if (ASCM_LIKELY(cls >= 0)) {
         uint64_t off;
@@ -639,7 +639,7 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
 
 uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align) {
     if (check_request(p, size, align) != ASCM_OK) return 0;
-    int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    int cls = ascm_pool_class_of(p, size, align);
     if (cls >= 0) return p->classes[cls].size;
     return units_for(p, size) << p->gshift;
 }

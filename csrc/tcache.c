@@ -254,7 +254,7 @@ static void refill(ascm_pool *p, ascm_tcache *c, int cls) {
 }
 
 int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align, uint64_t *addr) {
-    int cls = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    int cls = ascm_pool_class_of(p, size, align);
     if (cls < 0) return TC_MISS;
     ascm_tcache *c = cache_of(p);
     if (!c || passes(p, c, 1)) return TC_MISS;
