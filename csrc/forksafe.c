@@ -8,9 +8,10 @@
  *
  * Locks are taken by rank, and within a rank in any order; ranks follow the
  * order the core itself nests locks in: a device's chunk-table lock (0), then
- * pool locks (1), then a device's budget lock (2, taken by a pool's charge
- * hook).  The registry's own mutex is outermost: nothing registers or
- * unregisters while holding a core lock.
+ * a pool's thread-cache list lock (1), then pool locks (2), then a device's
+ * budget lock (3), which the device's charged pools take as their own lock
+ * and so is registered once, by the device.  The registry's own mutex is
+ * outermost: nothing registers or unregisters while holding a core lock.
  */
 #include "internal.h"
 

@@ -362,13 +362,16 @@ struct ascm_pool {
     uint64_t base, size, gran;
     unsigned gshift, pshift;
     unsigned sgshift;     /* log2 of the slab granule: max(unit, 8 KiB); slabs align to it */
-    int single_threaded;  /* take no lock: the caller serialises calls */
+    /* the lock every call takes: &lock, or the lock of the device the pool
+     * belongs to (ascm_pool_create_shared); NULL: single-threaded, the
+     * caller serialises calls */
+    ascm_lock *lock_at;
     int caches_on;        /* thread caches: __atomic; set under the lock (and every cache's) */
     uint64_t uid;         /* never reused: tells a thread's stale cache entries apart */
     ascm_slab_table slabtab; /* each slab granule -> the slab that covers it */
 
-    _Alignas(64) ascm_lock lock;
-    ascm_fork_node fork;  /* locked pools are registered for fork() (forksafe.c) */
+    _Alignas(64) ascm_lock lock; /* the pool's own; unused while it shares another */
+    ascm_fork_node fork;  /* pools with a lock of their own are registered for fork() (forksafe.c) */
     int closed;           /* retired chunk: every allocation fails */
     uint64_t page_size, npages, pages_in_use;
     uint32_t *page_refs;  /* live blocks touching a page, for the two edge pages of each block */
@@ -402,12 +405,18 @@ struct ascm_pool {
 
 void ascm_pool_lock_contended(ascm_pool *p);
 static inline void ascm_pool_lock(ascm_pool *p) {
-    if (!p->single_threaded && ASCM_UNLIKELY(atomic_exchange_explicit(&p->lock.held, 1, memory_order_acquire)))
+    ascm_lock *l = p->lock_at;
+    if (l && ASCM_UNLIKELY(atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
         ascm_pool_lock_contended(p);
 }
 static inline void ascm_pool_unlock(ascm_pool *p) {
-    if (!p->single_threaded) ascm_lock_release(&p->lock);
+    if (p->lock_at) ascm_lock_release(p->lock_at);
 }
+/* A pool whose calls take `lock` (which its owner registers for fork) instead
+ * of a lock of its own: a device's pools share the device's budget lock, so
+ * that the charge hook, called with the pool lock held, needs no second
+ * lock (device.c). */
+int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out);
 static inline int ascm_caches_on(const ascm_pool *p) {
     return __atomic_load_n(&p->caches_on, __ATOMIC_RELAXED);
 }

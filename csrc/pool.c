@@ -179,6 +179,10 @@ static uint32_t paged_regions(const ascm_pool *p) {
 }
 
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
+    return ascm_pool_create_shared(cfg, NULL, out);
+}
+
+int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out) {
     *out = NULL;
     uint64_t gran = cfg->min_block, page = cfg->page_size ? cfg->page_size : cfg->min_block;
     if (!ascm_is_pow2(gran) || gran > (1ull << 31) || !ascm_is_pow2(page) || cfg->size == 0 ||
@@ -196,7 +200,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     /* pages are counted relative to base; a base that is not page aligned
      * shifts page boundaries, which only the caller can decide is right */
     p->npages = ((cfg->size - 1) >> p->pshift) + 1;
-    p->single_threaded = cfg->single_threaded != 0;
+    p->lock_at = cfg->single_threaded ? NULL : lock ? lock : &p->lock;
     p->charge = cfg->charge;
     p->charge_ctx = cfg->charge_ctx;
     p->sgshift = p->gshift > 13 ? p->gshift : 13;
@@ -223,7 +227,7 @@ int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
     }
     p->slab_storage = (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
     ascm_slab_init_classes(p);
-    if (!p->single_threaded) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
+    if (p->lock_at == &p->lock) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
     ascm_tcache_init(p);
     *out = p;
     return ASCM_OK;

@@ -335,7 +335,7 @@ static void fork_child(ascm_fork_node *n);
 
 void ascm_tcache_init(ascm_pool *p) {
     p->uid = __atomic_fetch_add(&next_uid, 1, __ATOMIC_RELAXED);
-    if (p->single_threaded) p->caches_mode = ASCM_CACHES_OFF;
+    if (!p->lock_at) p->caches_mode = ASCM_CACHES_OFF;
     else ascm_fork_register(&p->caches_fork, &p->caches_lock, ASCM_FORK_CACHES, fork_child);
 }
 
@@ -355,7 +355,7 @@ void ascm_tcache_destroy(ascm_pool *p) {
 }
 
 __attribute__((noinline)) void ascm_pool_lock_contended(ascm_pool *p) {
-    ascm_lock_slow(&p->lock);
+    ascm_lock_slow(p->lock_at);
     if (p->caches_mode == ASCM_CACHES_AUTO && !p->caches_on) {
         ascm_slab_sync_live(p);
         __atomic_store_n(&p->caches_on, 1, __ATOMIC_RELAXED);
@@ -396,7 +396,7 @@ void ascm_tcache_go(ascm_pool *p) {
 
 int ascm_pool_set_thread_caches(ascm_pool *p, int mode) {
     if (mode != ASCM_CACHES_AUTO && mode != ASCM_CACHES_OFF && mode != ASCM_CACHES_ON) return ASCM_ERR_INVAL;
-    if (p->single_threaded) return mode == ASCM_CACHES_OFF ? ASCM_OK : ASCM_ERR_INVAL;
+    if (!p->lock_at) return mode == ASCM_CACHES_OFF ? ASCM_OK : ASCM_ERR_INVAL;
     ascm_tcache_stop(p);
     p->caches_mode = mode;
     if (mode == ASCM_CACHES_ON && !p->caches_on) ascm_slab_sync_live(p);

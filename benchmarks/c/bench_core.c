@@ -8,6 +8,8 @@
 #include "ascmem.h"
 #include "workload.h"
 
+#include <string.h>
+
 static int single_threaded;
 
 static ascm_pool *make_pool(uint64_t size) {
@@ -58,6 +60,36 @@ static double lifo(void) {
     return ns;
 }
 
+#ifndef BY_HANDLE
+/* A Device's pair of 1 MiB (HUGE_FIRST), as the Python Device gets it below
+ * the binding: the block empties and refills a 2 MiB huge page each pair, so
+ * the page budget is charged twice. */
+static double device_pair(void) {
+    ascm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_block = 4096;
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 44;
+    cfg.size[ASCM_KIND_HUGE] = 8ull << 30;
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 45;
+    cfg.size[ASCM_KIND_NORMAL] = 8ull << 30;
+    cfg.budget.shared = 32ull << 30;
+    cfg.budget.huge_grows = 1;
+    ascm_device *d;
+    if (ascm_device_create(&cfg, &d) != ASCM_OK) exit(7);
+    unsigned mask = ascm_kind_mask(ASCM_FREE_DEVICE);
+    uint64_t addr;
+    int kind, events;
+    double t0 = now();
+    for (int i = 0; i < STEPS; i++) {
+        if (ascm_device_malloc(d, 1 << 20, 0, ASCM_SIZE_MALLOC, &addr, &kind, &events) != ASCM_OK) exit(8);
+        if (ascm_device_free(d, addr, mask, &kind) != ASCM_OK) exit(9);
+    }
+    double ns = (now() - t0) * 1e9 / STEPS;
+    ascm_device_destroy(d);
+    return ns;
+}
+#endif
+
 static double batch(void) {
     static uint64_t sizes[BATCH_N], addrs[BATCH_N];
     for (int i = 0; i < BATCH_N; i++) sizes[i] = log_uniform();
@@ -76,12 +108,15 @@ static double batch(void) {
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : RUNS;
     if (runs < 1 || runs > 99) runs = RUNS;
-    double s[99], l[99], su[99], lu[99], b[99];
+    double s[99], l[99], su[99], lu[99], b[99], dv[99];
     for (int i = 0; i < runs; i++) {
         single_threaded = 0;
         s[i] = steady();
         l[i] = lifo();
         b[i] = batch();
+#ifndef BY_HANDLE
+        dv[i] = device_pair();
+#endif
         single_threaded = 1;
         su[i] = steady();
         lu[i] = lifo();
@@ -91,5 +126,8 @@ int main(int argc, char **argv) {
     printf("steady" PATH "_single_threaded_ns_per_pair %.2f\nlifo" PATH
            "_single_threaded_ns_per_pair %.2f\n", median(su, runs), median(lu, runs));
     printf("batch_ns_per_pair %.2f\n", median(b, runs));
+#ifndef BY_HANDLE
+    printf("device_1mib_ns_per_pair %.2f\n", median(dv, runs));
+#endif
     return 0;
 }

@@ -5,6 +5,9 @@
  *   instructions steady N LO HI   the steady workload, N steps, sizes in [LO, HI]
  *   instructions lifo R           R rounds of the LIFO workload
  *   instructions batch R          R rounds of the 100,000-block batch
+ *   instructions device N         N Device pairs of 1 MiB (HUGE_FIRST): each
+ *                                 empties and refills a 2 MiB huge page, so
+ *                                 the page budget is charged twice a pair
  * Built with -DBY_HANDLE (instructions_handle_bin), steady and lifo go by handle.
  *
  * Each is run twice (N or R, and a baseline of 0 steps or 1 round) and the
@@ -20,6 +23,22 @@ static ascm_pool *make_pool(uint64_t size) {
     ascm_pool_config cfg = {.base = 1ull << 40, .size = size, .min_block = 4096};
     if (ascm_pool_create(&cfg, &p) != ASCM_OK) exit(1);
     return p;
+}
+
+/* A Device with huge and normal memory and a budget that never refuses. */
+static ascm_device *make_device(void) {
+    ascm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_block = 4096;
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 44;
+    cfg.size[ASCM_KIND_HUGE] = 8ull << 30;
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 45;
+    cfg.size[ASCM_KIND_NORMAL] = 8ull << 30;
+    cfg.budget.shared = 32ull << 30;
+    cfg.budget.huge_grows = 1;
+    ascm_device *d;
+    if (ascm_device_create(&cfg, &d) != ASCM_OK) exit(1);
+    return d;
 }
 
 static uint64_t draw(uint64_t lo, uint64_t hi) {
@@ -77,6 +96,19 @@ int main(int argc, char **argv) {
         ascm_pool_destroy(p);
         return 0;
     }
-    fprintf(stderr, "usage: instructions steady N LO HI | lifo ROUNDS | batch ROUNDS\n");
+    if (argc >= 3 && !strcmp(argv[1], "device")) {
+        ascm_device *d = make_device();
+        unsigned mask = ascm_kind_mask(ASCM_FREE_DEVICE);
+        uint64_t addr;
+        int kind, events;
+        for (int n = atoi(argv[2]); n > 0; n--) {
+            if (ascm_device_malloc(d, 1 << 20, 0, ASCM_SIZE_MALLOC, &addr, &kind, &events) != ASCM_OK)
+                return 3;
+            if (ascm_device_free(d, addr, mask, &kind) != ASCM_OK) return 3;
+        }
+        ascm_device_destroy(d);
+        return 0;
+    }
+    fprintf(stderr, "usage: instructions steady N LO HI | lifo ROUNDS | batch ROUNDS | device N\n");
     return 2;
 }

@@ -1,8 +1,9 @@
 /* Thread caches (tcache.c) under threads, run by `make -C csrc test` under
  * ASan and UBSan: no block handed to two callers, check() and statistics
  * exact while other threads run, double and bad frees refused, cross-thread
- * frees, thread exit, pool destruction before a thread's exit, fork, and an
- * allocation that only fits once the caches are flushed. */
+ * frees, thread exit, pool destruction before a thread's exit, fork, an
+ * allocation that only fits once the caches are flushed, and a Device's
+ * kinds under threads, whose pools share the budget's lock. */
 #include "../ascmem.h"
 #include "../internal.h"
 
@@ -423,6 +424,85 @@ static void test_modes_and_resets_race_the_caches(void) {
     ascm_pool_destroy(p);
 }
 
+/* A Device's charged pools take the budget's lock as theirs (device.c): two
+ * threads on huge pages (one pool with thread caches on), one on normal
+ * pages, while the main thread reads the budget and the statistics, trims
+ * and checks.  The budget must never pass its rules, must come back to zero,
+ * and its peaks must stay within them. */
+typedef struct device_worker {
+    ascm_device *d;
+    uint32_t policy; /* aclrtMemMallocPolicy: 1 HUGE_ONLY, 2 NORMAL_ONLY */
+    uint64_t seed;
+    int steps, refused;
+} device_worker;
+
+static void *device_churn(void *arg) {
+    device_worker *w = arg;
+    uint64_t live[64] = {0}, s = w->seed;
+    int kind, events;
+    for (int i = 0; i < w->steps; i++) {
+        int v = (int)(rand_of(&s) % 64);
+        if (live[v]) {
+            CHECK(ascm_device_free(w->d, live[v], ascm_kind_mask(ASCM_FREE_DEVICE), &kind) == ASCM_OK);
+            live[v] = 0;
+        }
+        uint64_t size = rand_of(&s) % 4 ? 1 + rand_of(&s) % 8192 : 1 + rand_of(&s) % (3u << 20);
+        int st = ascm_device_malloc(w->d, size, w->policy, ASCM_SIZE_MALLOC, &live[v], &kind, &events);
+        CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET);
+        if (st != ASCM_OK) {
+            live[v] = 0;
+            w->refused++;
+        }
+    }
+    for (int v = 0; v < 64; v++)
+        if (live[v]) CHECK(ascm_device_free(w->d, live[v], ascm_kind_mask(ASCM_FREE_DEVICE), &kind) == ASCM_OK);
+    return NULL;
+}
+
+static void test_device_kinds_share_the_budget_lock(void) {
+    ascm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_block = 4096;
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
+    cfg.size[ASCM_KIND_HUGE] = 1ull << 30;
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 41;
+    cfg.size[ASCM_KIND_NORMAL] = 1ull << 30;
+    cfg.budget.reserve = 64ull << 20; /* tighter than the ranges: refusals happen */
+    cfg.budget.shared = 32ull << 20;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    CHECK(ascm_pool_set_thread_caches(ascm_device_pool(d, ASCM_KIND_HUGE), ASCM_CACHES_ON) == ASCM_OK);
+    device_worker w[3] = {{d, 1, 5, 40000, 0}, {d, 1, 6, 40000, 0}, {d, 2, 7, 40000, 0}};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) CHECK(pthread_create(&t[i], NULL, device_churn, &w[i]) == 0);
+    for (int i = 0; i < 200; i++) {
+        ascm_budget b;
+        ascm_device_budget(d, &b);
+        CHECK(b.huge_used <= b.reserve && b.normal_used <= b.shared);
+        CHECK(b.peak_huge <= b.reserve && b.peak_normal <= b.shared);
+        CHECK(b.huge_used <= b.peak_huge && b.normal_used <= b.peak_normal);
+        CHECK(b.huge_used % (2u << 20) == 0 && b.normal_used % 4096 == 0);
+        ascm_stats st;
+        ascm_device_kind_stats(d, ASCM_KIND_HUGE, &st);
+        if (i % 20 == 0) ascm_device_trim(d);
+        if (i % 10 == 0) {
+            POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
+            POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+        }
+        usleep(200);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    ascm_device_trim(d);
+    ascm_budget b;
+    ascm_device_budget(d, &b);
+    CHECK(b.huge_used == 0 && b.normal_used == 0);
+    CHECK(b.peak_huge > 0 && b.peak_huge <= b.reserve && b.peak_normal > 0 && b.peak_normal <= b.shared);
+    CHECK(w[0].refused + w[1].refused > 0); /* the huge reserve was the limit, not the range */
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+    ascm_device_destroy(d);
+}
+
 int main(void) {
     struct {
         const char *name;
@@ -437,6 +517,7 @@ int main(void) {
         {"modes", test_modes},
         {"more_pools_than_entries", test_more_pools_than_entries},
         {"modes_and_resets_race_the_caches", test_modes_and_resets_race_the_caches},
+        {"device_kinds_share_the_budget_lock", test_device_kinds_share_the_budget_lock},
     };
     int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
     for (int i = 0; i < n; i++) {

@@ -143,7 +143,8 @@ def c_core(runs, peer=True):
     `make -C benchmarks/c bench_offset`, which downloads the tlsfallocator
     sdist; skipped when that fails).  The two alternate, run by run, so their
     ratio comes from one stretch of machine time.  Returns a dict of ns per
-    pair (steady, lifo, steady_single_threaded, lifo_single_threaded, batch;
+    pair (steady, lifo, steady_single_threaded, lifo_single_threaded, batch,
+    device_1mib (a Device's 1 MiB pair, which charges the page budget twice);
     the same by handle: steady_handle, lifo_handle, ...; and offset_steady, offset_lifo, offset_steady_by_offset when the peer was
     built) or None."""
     root = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -173,7 +174,7 @@ def c_core(runs, peer=True):
                 theirs.append(_run_pinned(offset, 3 if runs > 1 else 1))
     result = {}
     for key in ("steady", "lifo", "steady_single_threaded", "lifo_single_threaded", "batch",
-                "steady_handle", "lifo_handle", "steady_handle_single_threaded",
+                "device_1mib", "steady_handle", "lifo_handle", "steady_handle_single_threaded",
                 "lifo_handle_single_threaded"):
         result[key] = float(np.median([r[f"{key}_ns_per_pair"] for r in ours]))
     if theirs:
