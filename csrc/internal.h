@@ -234,8 +234,11 @@ void ascm_fit_reset(ascm_fit *f);
  * a large free region: see fit.c); returns the node. */
 int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *node);
 /* With regions (nregions > 1): as ascm_fit_take, from the given region's
- * free blocks first (fit.c). */
-int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint32_t *node);
+ * free blocks first, placed within its free block by the granule rules
+ * (granule: the paged pool's granule in units, a power of two; 0: none;
+ * fit.c). */
+int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
+                     uint32_t *node);
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
 uint32_t ascm_fit_first(const ascm_fit *f); /* the node at unit 0: the address chain's head */

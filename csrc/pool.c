@@ -118,7 +118,8 @@ static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t req
     int st = ASCM_LIKELY(p->fit.nregions == 1)
                  ? ascm_fit_take(&p->fit, n, align_units_for(p, align), high, node)
                  : ascm_fit_take_in(&p->fit, n, align_units_for(p, align),
-                                    requested ? region_for(p, n) : 0, node); /* slabs: the first */
+                                    requested ? region_for(p, n) : 0, /* slabs: the first */
+                                    requested ? 1ull << (p->pshift - p->gshift) : 0, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
     if ((st = charge_block(p, blk)) != ASCM_OK) {

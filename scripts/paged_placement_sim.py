@@ -19,6 +19,12 @@ Rules:
            its own
   minnew   best fit's candidates, choosing the placement that maps the fewest
            new granules (ends of the hole and granule-aligned starts)
+  granules classes, and where in its hole a block goes (the C pool's rules
+           since the sixth session, fit.c): a block that fills its last
+           granule all but a sixteenth starts at a granule boundary (best
+           fit among the holes that hold it so); one of 1-4 granules takes,
+           in the hole best fit chose, whichever of the hole's ends and its
+           first and last granule boundaries spans the fewest granules
 
 Traces: the shipped examples and ../shared/traces/pipeline.csv.gz by
 default, or any file `ascmem fit` reads.  It is a model, in pure Python
@@ -163,7 +169,35 @@ class MinNew(BestFit):
         return best[1]
 
 
-RULES = {"bestfit": BestFit, "classes": Classes, "exact": Exact, "minnew": MinNew}
+def candidates(space, h, length, n):
+    """Starts for n units in the hole [h, h + length): its two ends and its
+    first and last granule boundaries, those that fit."""
+    gu = space.gu
+    up, down = -(-h // gu) * gu, (h + length) // gu * gu - n
+    return {s for s in (h, h + length - n, up, down) if h <= s and s + n <= h + length}
+
+
+class Granules(Classes):
+    def place(self, space, n):
+        gu = space.gu
+        r = self.region(space, n)
+        if n >= gu and -(-n // gu) * gu - n <= gu // 16:  # whole granules, all but a sixteenth
+            best = None
+            for h, length in space.holes_in(r):
+                s = -(-h // gu) * gu
+                if s + n <= h + length and (best is None or length < best[1]):
+                    best = (s, length)
+            return best[0]
+        h = super().place(space, n)
+        if n < gu or n >= 4 * gu:
+            return h
+        length = space.holes[h]
+        return min(candidates(space, h, length, n),
+                   key=lambda s: ((s + n - 1) // gu - s // gu, s))
+
+
+RULES = {"bestfit": BestFit, "classes": Classes, "exact": Exact, "minnew": MinNew,
+         "granules": Granules}
 
 
 def physical_efficiency(trace, granule, rule):
@@ -218,7 +252,7 @@ def main(argv=None):
     ap.add_argument("traces", nargs="*")
     ap.add_argument("--rule", action="append", choices=sorted(RULES))
     args = ap.parse_args(argv)
-    rules = args.rule or ["bestfit", "classes"]
+    rules = args.rule or ["bestfit", "classes", "granules"]
     traces = [tr.load(p) for p in args.traces]
     if not traces:
         shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",

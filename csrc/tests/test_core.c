@@ -402,6 +402,43 @@ static void test_paged_regions(void) {
     ascm_pool_destroy(p);
 }
 
+/* The granule rules of fit.c: a block that fills its last granule all but a
+ * sixteenth starts at a granule boundary; one of one to four granules takes
+ * the place in its hole that spans the fewest granules. */
+static void test_paged_granule_placement(void) {
+    ascm_pool *p;
+    const uint64_t G = 64u << 10, R1 = (1ull << 36) + (4u << 20), R2 = (1ull << 36) + (8u << 20);
+    ascm_pool_config cfg = {.base = 1ull << 36, .size = 64u << 20, .min_block = 4096, .page_size = G,
+                            .paged = 1};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(p->fit.nregions == 16); /* regions of 64 granules: [1, 2) granules at R1, [2, 4) at R2 */
+    uint64_t left, m1, m2, right, x, y, z;
+    /* region 1: blocks of 1.75, 1.125, 1.125, 1.5 granules, end to end */
+    CHECK(ascm_pool_alloc(p, G * 7 / 4, 64, &left) == ASCM_OK && left == R1);
+    CHECK(ascm_pool_alloc(p, G * 9 / 8, 64, &m1) == ASCM_OK && m1 == R1 + G * 7 / 4);
+    CHECK(ascm_pool_alloc(p, G * 9 / 8, 64, &m2) == ASCM_OK && m2 == R1 + G * 23 / 8);
+    CHECK(ascm_pool_alloc(p, G * 3 / 2, 64, &right) == ASCM_OK && right == R1 + 4 * G);
+    /* a hole of [1.75, 4) granules: 1.5 granules at its start would span
+     * granules 1-3, at the granule boundary 2 only 2-3 */
+    CHECK(ascm_pool_free(p, m1) == ASCM_OK && ascm_pool_free(p, m2) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, G * 3 / 2, 64, &x) == ASCM_OK && x == R1 + 2 * G);
+    POOL_OK(p);
+    /* region 2: 2.5 granules, then 4 granules less one unit: at the next
+     * boundary (3), not end to end (2.5), where it would pin 5 granules */
+    CHECK(ascm_pool_alloc(p, G * 5 / 2, 64, &y) == ASCM_OK && y == R2);
+    CHECK(ascm_pool_alloc(p, 4 * G - 4096, 64, &z) == ASCM_OK && z == R2 + 3 * G);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    /* granules: left 2 + x 2 (2-3) + right 2 (4-5) + y 3 + z 4 */
+    CHECK(st.mapped == 13 * G);
+    POOL_OK(p);
+    /* a request with an alignment of its own is placed as before */
+    uint64_t w;
+    CHECK(ascm_pool_alloc(p, G * 3 / 2, 8192, &w) == ASCM_OK && w % 8192 == 0);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 static void test_pool_batch(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
@@ -956,24 +993,37 @@ static void test_acl_allocator_slots_under_callers(void) {
 }
 
 int main(void) {
-    test_buddy_basic();
-    test_buddy_random();
-    test_pool_basic();
-    test_pool_reuses_the_last_freed_large_block();
-    test_pool_remembered_slab();
-    test_pool_random();
-    test_pool_handles();
-    test_paged_regions();
-    test_pool_batch();
-    test_exhaustion_soak();
-    test_device_chunks();
-    test_check_detects_corruption();
-    test_device_reset_and_close_under_raw_callers();
-    test_fork_while_threads_hold_locks();
-    test_device_counts_a_failure_once();
-    test_pool_spares_count_as_free();
-    test_paged_pool();
-    test_acl_allocator_slots_under_callers();
-    printf("%d passed, %d failed\n", failures ? 0 : 18, failures ? 1 : 0);
-    return failures ? 1 : 0;
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } tests[] = {
+        {"buddy_basic", test_buddy_basic},
+        {"buddy_random", test_buddy_random},
+        {"pool_basic", test_pool_basic},
+        {"pool_reuses_the_last_freed_large_block", test_pool_reuses_the_last_freed_large_block},
+        {"pool_remembered_slab", test_pool_remembered_slab},
+        {"pool_random", test_pool_random},
+        {"pool_handles", test_pool_handles},
+        {"paged_regions", test_paged_regions},
+        {"paged_granule_placement", test_paged_granule_placement},
+        {"pool_batch", test_pool_batch},
+        {"exhaustion_soak", test_exhaustion_soak},
+        {"device_chunks", test_device_chunks},
+        {"check_detects_corruption", test_check_detects_corruption},
+        {"device_reset_and_close_under_raw_callers", test_device_reset_and_close_under_raw_callers},
+        {"fork_while_threads_hold_locks", test_fork_while_threads_hold_locks},
+        {"device_counts_a_failure_once", test_device_counts_a_failure_once},
+        {"pool_spares_count_as_free", test_pool_spares_count_as_free},
+        {"paged_pool", test_paged_pool},
+        {"acl_allocator_slots_under_callers", test_acl_allocator_slots_under_callers},
+    };
+    int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
+    for (int i = 0; i < n; i++) {
+        int before = failures;
+        tests[i].fn();
+        if (failures == before) passed++;
+        else fprintf(stderr, "FAILED: %s\n", tests[i].name);
+    }
+    printf("%d passed, %d failed\n", passed, n - passed);
+    return passed == n ? 0 : 1;
 }
