@@ -8,8 +8,6 @@
 #include "ascmem.h"
 #include "workload.h"
 
-#include <string.h>
-
 static int single_threaded;
 
 static ascm_pool *make_pool(uint64_t size) {
@@ -62,20 +60,9 @@ static double lifo(void) {
 
 #ifndef BY_HANDLE
 /* A Device's pair of 1 MiB (HUGE_FIRST), as the Python Device gets it below
- * the binding: the block empties and refills a 2 MiB huge page each pair, so
- * the page budget is charged twice. */
+ * the binding (workload.h, bench_device). */
 static double device_pair(void) {
-    ascm_device_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.min_block = 4096;
-    cfg.base[ASCM_KIND_HUGE] = 1ull << 44;
-    cfg.size[ASCM_KIND_HUGE] = 8ull << 30;
-    cfg.base[ASCM_KIND_NORMAL] = 1ull << 45;
-    cfg.size[ASCM_KIND_NORMAL] = 8ull << 30;
-    cfg.budget.shared = 32ull << 30;
-    cfg.budget.huge_grows = 1;
-    ascm_device *d;
-    if (ascm_device_create(&cfg, &d) != ASCM_OK) exit(7);
+    ascm_device *d = bench_device();
     unsigned mask = ascm_kind_mask(ASCM_FREE_DEVICE);
     uint64_t addr;
     int kind, events;

@@ -25,22 +25,6 @@ static ascm_pool *make_pool(uint64_t size) {
     return p;
 }
 
-/* A Device with huge and normal memory and a budget that never refuses. */
-static ascm_device *make_device(void) {
-    ascm_device_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.min_block = 4096;
-    cfg.base[ASCM_KIND_HUGE] = 1ull << 44;
-    cfg.size[ASCM_KIND_HUGE] = 8ull << 30;
-    cfg.base[ASCM_KIND_NORMAL] = 1ull << 45;
-    cfg.size[ASCM_KIND_NORMAL] = 8ull << 30;
-    cfg.budget.shared = 32ull << 30;
-    cfg.budget.huge_grows = 1;
-    ascm_device *d;
-    if (ascm_device_create(&cfg, &d) != ASCM_OK) exit(1);
-    return d;
-}
-
 static uint64_t draw(uint64_t lo, uint64_t hi) {
     for (;;) {
         uint64_t s = log_uniform();
@@ -97,7 +81,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc >= 3 && !strcmp(argv[1], "device")) {
-        ascm_device *d = make_device();
+        ascm_device *d = bench_device();
         unsigned mask = ascm_kind_mask(ASCM_FREE_DEVICE);
         uint64_t addr;
         int kind, events;

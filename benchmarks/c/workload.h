@@ -62,6 +62,26 @@ static inline double median(double *v, int n) {
 #define pair_free(p, addr, h) ((void)(h), ascm_pool_free(p, addr))
 #define PATH ""
 #endif
+
+#include <string.h>
+
+/* The Device of the 1 MiB Device pair: huge and normal memory and a budget
+ * that never refuses; HUGE_FIRST puts 1 MiB on huge pages, so each pair
+ * empties and refills a 2 MiB page and charges the budget twice. */
+static inline ascm_device *bench_device(void) {
+    ascm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_block = 4096;
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 44;
+    cfg.size[ASCM_KIND_HUGE] = 8ull << 30;
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 45;
+    cfg.size[ASCM_KIND_NORMAL] = 8ull << 30;
+    cfg.budget.shared = 32ull << 30;
+    cfg.budget.huge_grows = 1;
+    ascm_device *d;
+    if (ascm_device_create(&cfg, &d) != ASCM_OK) exit(7);
+    return d;
+}
 #endif
 
 #endif

@@ -993,10 +993,7 @@ static void test_acl_allocator_slots_under_callers(void) {
 }
 
 int main(void) {
-    struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {
+    static const test_case tests[] = {
         {"buddy_basic", test_buddy_basic},
         {"buddy_random", test_buddy_random},
         {"pool_basic", test_pool_basic},
@@ -1017,13 +1014,5 @@ int main(void) {
         {"paged_pool", test_paged_pool},
         {"acl_allocator_slots_under_callers", test_acl_allocator_slots_under_callers},
     };
-    int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
-    for (int i = 0; i < n; i++) {
-        int before = failures;
-        tests[i].fn();
-        if (failures == before) passed++;
-        else fprintf(stderr, "FAILED: %s\n", tests[i].name);
-    }
-    printf("%d passed, %d failed\n", passed, n - passed);
-    return passed == n ? 0 : 1;
+    return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -504,10 +504,7 @@ static void test_device_kinds_share_the_budget_lock(void) {
 }
 
 int main(void) {
-    struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {
+    static const test_case tests[] = {
         {"threads_share_a_pool", test_threads_share_a_pool},
         {"cross_thread_frees", test_cross_thread_frees},
         {"bad_frees", test_bad_frees},
@@ -519,13 +516,5 @@ int main(void) {
         {"modes_and_resets_race_the_caches", test_modes_and_resets_race_the_caches},
         {"device_kinds_share_the_budget_lock", test_device_kinds_share_the_budget_lock},
     };
-    int passed = 0, n = (int)(sizeof tests / sizeof tests[0]);
-    for (int i = 0; i < n; i++) {
-        int before = failures;
-        tests[i].fn();
-        if (failures == before) passed++;
-        else fprintf(stderr, "FAILED: %s\n", tests[i].name);
-    }
-    printf("%d passed, %d failed\n", passed, n - passed);
-    return passed == n ? 0 : 1;
+    return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -243,8 +243,8 @@ def _traces(quick):
     out = []
     if os.path.exists(shared):
         out.append(tr.load(shared))
-    for name in ("resnet50_multires", "encoder_varlen", "decoder_kvcache", "video_pipeline",
-                 "batch_inference", "many_small"):
+    for name in ("resnet50_multires", "encoder_varlen", "decoder_kvcache", "unet_multires",
+                 "vit_train", "video_pipeline", "batch_inference", "many_small"):
         out.append(tr.example(name))
     if quick:
         out = out[1:3]

@@ -13,10 +13,11 @@ import re
 import sys
 
 # shipped workloads and the product each is replayed on by default; the last
-# three are real traces (scripts/record_traces.py), recorded on a CPU
+# five are real traces (scripts/record_traces.py), recorded on a CPU
 EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas-training",
                   "many_small": "atlas-training", "resnet50_multires": "atlas-inference-series",
-                  "encoder_varlen": "atlas-a2-inference", "decoder_kvcache": "atlas-a2-inference"}
+                  "encoder_varlen": "atlas-a2-inference", "decoder_kvcache": "atlas-a2-inference",
+                  "unet_multires": "atlas-inference-series", "vit_train": "atlas-a2-training"}
 
 
 def _mib(n):
