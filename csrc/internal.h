@@ -386,6 +386,8 @@ struct ascm_pool {
     ascm_addrmap asleep;  /* paged pools: large blocks put to sleep (first unit -> 1) */
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
+    uint8_t kept_in_map;  /* last_freed still has its entry in `blocks` (pool.c) */
+    uint8_t kept_reused;  /* the kept block before it was taken back by the next request */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
@@ -445,6 +447,8 @@ void ascm_pool_unlock_whole(ascm_pool *p, int whole);
  * are already given. */
 static inline void ascm_pool_flush_last_freed(ascm_pool *p) {
     if (p->last_freed) {
+        if (p->kept_in_map) ascm_map_take(&p->blocks, p->fit.nodes[p->last_freed].off);
+        p->kept_in_map = p->kept_reused = 0;
         ascm_fit_give(&p->fit, p->last_freed);
         p->last_freed = ASCM_NODE_NONE;
     }

@@ -148,8 +148,11 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     uint64_t large = 0, asleep_seen = 0;
     if (p->last_freed) {
         const ascm_fit_node *n = p->last_freed < p->fit.nused ? &p->fit.nodes[p->last_freed] : NULL;
-        if (!n || !n->len || n->is_free || n->is_slab || ascm_map_get(&p->blocks, n->off) != 0)
+        /* in a loop of reuse it keeps its map entry while kept (pool.c) */
+        if (!n || !n->len || n->is_free || n->is_slab || (p->kept_in_map && n->by_handle) ||
+            ascm_map_get(&p->blocks, n->off) != (p->kept_in_map ? p->last_freed : 0))
             st = ascm_fail(msg, msglen, "the kept last freed block is not a freed large block");
+        else large += p->kept_in_map;
     }
     for (uint32_t i = 1; i < p->fit.nused && st == ASCM_OK; i++) {
         const ascm_fit_node *n = &p->fit.nodes[i];

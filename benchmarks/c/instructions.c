@@ -80,6 +80,17 @@ int main(int argc, char **argv) {
         ascm_pool_destroy(p);
         return 0;
     }
+    if (argc >= 3 && !strcmp(argv[1], "loop")) { /* one size freed and taken again: Python's pair */
+        ascm_pool *p = make_pool(1ull << 30);
+        uint64_t addr;
+        ascm_handle h;
+        for (int n = atoi(argv[2]); n > 0; n--) {
+            if (pair_alloc(p, 1 << 20, &addr, &h) != ASCM_OK) return 3;
+            pair_free(p, addr, h);
+        }
+        ascm_pool_destroy(p);
+        return 0;
+    }
     if (argc >= 3 && !strcmp(argv[1], "device")) {
         ascm_device *d = bench_device();
         unsigned mask = ascm_kind_mask(ASCM_FREE_DEVICE);
@@ -93,6 +104,6 @@ int main(int argc, char **argv) {
         ascm_device_destroy(d);
         return 0;
     }
-    fprintf(stderr, "usage: instructions steady N LO HI | lifo ROUNDS | batch ROUNDS | device N\n");
+    fprintf(stderr, "usage: instructions steady N LO HI | lifo ROUNDS | batch ROUNDS | loop N | device N\n");
     return 2;
 }

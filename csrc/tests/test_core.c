@@ -188,6 +188,34 @@ static void test_pool_reuses_the_last_freed_large_block(void) {
     POOL_OK(p);
     charge_limit = -1;
     CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_OK);
+    /* a block freed by address keeps its map entry while kept: every lookup
+     * by address must see it as free, and a reuse by handle or by a batch
+     * must take the entry out, one by address after a free by handle put
+     * it back */
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    CHECK(ascm_pool_relabel(p, b, 100, 0, 64) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_requested_size(p, b, &sz) == ASCM_ERR_BADFREE);
+    POOL_OK(p);
+    ascm_handle h;
+    uint64_t ha;
+    CHECK(ascm_pool_alloc_handle(p, 2u << 20, 64, &ha, &h) == ASCM_OK && ha == b); /* reused */
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, ha) == ASCM_ERR_BADFREE); /* known by its handle only */
+    CHECK(ascm_pool_free_handle(p, h) == ASCM_OK);
+    CHECK(ascm_pool_free_handle(p, h) == ASCM_ERR_BADFREE);
+    POOL_OK(p);
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_OK && b == ha); /* by address again */
+    CHECK(ascm_pool_usable_size(p, b, &sz) == ASCM_OK && sz == 2u << 20);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    uint64_t want = 2u << 20, got;
+    size_t done;
+    CHECK(ascm_pool_alloc_many(p, &want, 1, 64, &got, &done) == ASCM_OK && got == b);
+    POOL_OK(p);
+    CHECK(ascm_pool_free_many(p, &got, 1, &done) == ASCM_OK && done == 1);
+    CHECK(ascm_pool_free(p, got) == ASCM_ERR_BADFREE);
+    POOL_OK(p);
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_OK && b == got);
     /* the whole range is reachable while a block is kept */
     CHECK(ascm_pool_free(p, b) == ASCM_OK);
     CHECK(ascm_pool_free(p, c) == ASCM_OK);
