@@ -1,4 +1,4 @@
-"""Records real allocation traces of five model families with PyTorch's
+"""Records real allocation traces of eight model families with PyTorch's
 profiler on the CPU, as ../shared/traces/README.md describes for
 pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
 
@@ -17,6 +17,11 @@ pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
                      16, 6 layers of d_model 384, 6 heads) with SGD and
                      momentum, batch 4-16 and input 160 or 224 pixels drawn at
                      random: forward, backward and optimizer step
+  resnet18_train     ResNet-18 training steps (Adam), batch 8-24, 128-192 px
+  seq2seq_generate   nn.Transformer (d_model 384, 3 + 3 layers) generating
+                     16-48 tokens greedily, without a cache, for 6 requests
+  gru_lm             a 2-layer GRU language model (hidden 1024) scoring
+                     batches of 4-32 sequences of 32-200 tokens
 
 Weights are made before recording, so the traces hold the activations,
 workspaces and caches of inference, as the pipeline trace does (and, for
@@ -24,7 +29,9 @@ vit_train, the gradients, the momentum buffers made at the first step, and
 the activations kept for backward).  unet_multires and vit_train were
 recorded after the placement rules they are checked against were chosen
 (sixth session), to judge them on models they were not tuned on.  Needs
-torch (2.13.0 CPU was used):  python scripts/record_traces.py
+torch (2.13.0 CPU was used):  python scripts/record_traces.py [NAME ...]
+With ASCMEM_TRACE_DIR set the traces go there instead (to hold new ones out
+of the repository while a placement change is judged on them).
 """
 import gzip
 import json
@@ -225,16 +232,89 @@ def vit_train():
     return run
 
 
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout),
+                                  nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(cout))
+        self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                     if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def resnet18_train():
+    widths, blocks, cin = (64, 128, 256, 512), [], 64
+    for i, w in enumerate(widths):
+        blocks += [BasicBlock(cin, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
+        cin = w
+    model = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                          nn.MaxPool2d(3, 2, 1), *blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(512, 100)).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(23)
+    steps = [(rng.choice((8, 16, 24)), rng.choice((128, 160, 192))) for _ in range(8)]
+
+    def run():
+        for batch, res in steps:
+            loss = nn.functional.cross_entropy(model(torch.randn(batch, 3, res, res)),
+                                               torch.randint(0, 100, (batch,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+def seq2seq_generate():
+    d, vocab = 384, 16000
+    model = nn.Transformer(d, 6, 3, 3, 1536, batch_first=True).eval()
+    emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+    rng = random.Random(31)
+    requests = [(rng.choice((1, 2, 4, 8)), rng.choice((32, 64, 128, 256)), rng.choice((16, 32, 48)))
+                for _ in range(6)]
+
+    def run():
+        with torch.no_grad():
+            for batch, src_len, out_len in requests:
+                memory = model.encoder(emb(torch.randint(0, vocab, (batch, src_len))))
+                out = torch.zeros(batch, 1, dtype=torch.long)
+                for _ in range(out_len):  # no cache: the decoder reruns on the growing output
+                    y = model.decoder(emb(out), memory)
+                    out = torch.cat((out, head(y[:, -1]).argmax(-1, keepdim=True)), 1)
+    return run
+
+
+def gru_lm():
+    vocab, d = 20000, 512
+    emb, gru, head = nn.Embedding(vocab, d), nn.GRU(d, 1024, 2, batch_first=True), nn.Linear(1024, vocab)
+    rng = random.Random(41)
+    shapes = [(rng.choice((4, 8, 16, 32)), rng.choice((32, 64, 128, 200))) for _ in range(12)]
+
+    def run():
+        with torch.no_grad():
+            for batch, seq in shapes:
+                out, _ = gru(emb(torch.randint(0, vocab, (batch, seq))))
+                head(out).log_softmax(-1).max(-1)
+    return run
+
+
+RECORDERS = (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
+             ("decoder_kvcache", decoder_kvcache), ("unet_multires", unet_multires),
+             ("vit_train", vit_train), ("resnet18_train", resnet18_train),
+             ("seq2seq_generate", seq2seq_generate), ("gru_lm", gru_lm))
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    for name, make in (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
-                       ("decoder_kvcache", decoder_kvcache), ("unet_multires", unet_multires),
-                       ("vit_train", vit_train)):
+    out = os.environ.get("ASCMEM_TRACE_DIR", OUT)  # elsewhere: traces held out of the repository
+    for name, make in RECORDERS:
         if len(sys.argv) > 1 and name not in sys.argv[1:]:
             continue
         csv = to_csv(memory_events(make()))
-        path = os.path.join(OUT, name + ".csv.gz")
+        path = os.path.join(out, name + ".csv.gz")
         with gzip.GzipFile(path, "wb", mtime=0) as f:
             f.write(csv.encode())
         print(f"{name}: {csv.count(chr(10)) - 1} events, {os.path.getsize(path)} bytes gzip")

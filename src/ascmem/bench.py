@@ -244,7 +244,8 @@ def _traces(quick):
     if os.path.exists(shared):
         out.append(tr.load(shared))
     for name in ("resnet50_multires", "encoder_varlen", "decoder_kvcache", "unet_multires",
-                 "vit_train", "video_pipeline", "batch_inference", "many_small"):
+                 "vit_train", "resnet18_train", "seq2seq_generate", "gru_lm", "video_pipeline",
+                 "batch_inference", "many_small"):
         out.append(tr.example(name))
     if quick:
         out = out[1:3]
