@@ -144,6 +144,31 @@ def test_double_free_is_refused_and_harmless(variant, alloc):
     alloc.check()
 
 
+@pytest.mark.parametrize("size", [100, 1 << 20])
+def test_double_free_inside_a_reuse_loop_is_refused(variant, alloc, size):
+    """A loop that frees a block and asks for its size again takes the same
+    block back (the Pool keeps the last freed large block, and in such a
+    loop its address-map entry too): a second free, and a lookup, of the
+    freed block must still be refused."""
+    keep = variant.alloc(alloc, 64)
+    addr = variant.alloc(alloc, size)
+    for _ in range(3):
+        variant.free(alloc, addr)
+        addr = variant.alloc(alloc, size)
+    variant.free(alloc, addr)
+    with pytest.raises(InvalidFreeError):
+        variant.free(alloc, addr)
+    with pytest.raises(InvalidFreeError):
+        variant.usable(alloc, addr)
+    assert variant.live_count(alloc) == 1
+    alloc.check()
+    again = variant.alloc(alloc, size)
+    variant.free(alloc, again)
+    variant.free(alloc, keep)
+    assert variant.live_count(alloc) == 0
+    alloc.check()
+
+
 @pytest.mark.parametrize("bad, error", [("interior", InvalidFreeError), ("foreign", InvalidFreeError),
                                         (-1, InvalidArgumentError), (1 << 64, InvalidArgumentError),
                                         ("text", ArgumentTypeError), (1.5, ArgumentTypeError),
