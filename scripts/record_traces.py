@@ -216,12 +216,9 @@ class ViT(nn.Module):
         return self.head(self.encoder(tokens).mean(1))
 
 
-def vit_train():
-    model = ViT().train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    rng = random.Random(11)
-    steps = [(rng.choice((4, 8, 16)), rng.choice((160, 224))) for _ in range(8)]
-
+def training_steps(model, opt, steps):
+    """One training step per (batch, resolution) of random images and labels
+    of 100 classes: forward, cross entropy, backward, optimizer step."""
     def run():
         for batch, res in steps:
             loss = nn.functional.cross_entropy(model(torch.randn(batch, 3, res, res)),
@@ -230,6 +227,14 @@ def vit_train():
             loss.backward()
             opt.step()
     return run
+
+
+def vit_train():
+    model = ViT().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(11)
+    steps = [(rng.choice((4, 8, 16)), rng.choice((160, 224))) for _ in range(8)]
+    return training_steps(model, opt, steps)
 
 
 class BasicBlock(nn.Module):
@@ -256,15 +261,7 @@ def resnet18_train():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     rng = random.Random(23)
     steps = [(rng.choice((8, 16, 24)), rng.choice((128, 160, 192))) for _ in range(8)]
-
-    def run():
-        for batch, res in steps:
-            loss = nn.functional.cross_entropy(model(torch.randn(batch, 3, res, res)),
-                                               torch.randint(0, 100, (batch,)))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return run
+    return training_steps(model, opt, steps)
 
 
 def seq2seq_generate():
