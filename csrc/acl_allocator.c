@@ -15,7 +15,7 @@
  * device address itself, so get_addr_from_block is the identity and costs
  * the runtime nothing.  The callbacks run on the runtime's threads without
  * the GIL: the device's pools and budget are locked in C, and a slot counts
- * the calls inside it so that unbinding can wait for them.  Bad input (an
+ * the calls inside it so that unbinding can wait for them (by phase, below).  Bad input (an
  * allocator pointer that is not a slot, an unbound slot, a block that is not
  * a live block of the slot's device) is refused -- NULL, or a free that does
  * nothing -- never undefined behaviour.
@@ -23,6 +23,7 @@
 #include "ascmem.h"
 #include "ascmem_acl_allocator.h" /* the exported prototypes, checked against the definitions */
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -30,12 +31,20 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* A slot counts the calls inside it in two phases, so that bind() waits only
+ * for the calls that may have read the device it replaces: calls that enter
+ * after bind() flipped the phase count in the other one, and read the new
+ * device.  With one count, bind() waited for a moment with no call inside,
+ * which callers that never pause may never give it (a test saw bind() wait
+ * for minutes on two cores). */
 typedef struct acl_slot {
     _Atomic(ascm_device *) device;
-    _Atomic uint64_t users; /* callbacks between enter() and leave() */
+    _Atomic uint64_t users[2]; /* callbacks between enter() and leave(), by phase */
+    _Atomic unsigned phase;
 } acl_slot;
 
 static acl_slot slots[ASCM_ACL_ALLOCATOR_SLOTS];
+static pthread_mutex_t binding = PTHREAD_MUTEX_INITIALIZER; /* one bind() at a time */
 
 void *ascm_acl_allocator_handle(int slot) {
     if (slot < 0 || slot >= ASCM_ACL_ALLOCATOR_SLOTS) return NULL;
@@ -44,8 +53,14 @@ void *ascm_acl_allocator_handle(int slot) {
 
 int ascm_acl_allocator_bind(int slot, ascm_device *d) {
     if (slot < 0 || slot >= ASCM_ACL_ALLOCATOR_SLOTS) return ASCM_ERR_INVAL;
-    atomic_store(&slots[slot].device, d);
-    while (atomic_load(&slots[slot].users)) sched_yield(); /* calls that may hold the old one */
+    acl_slot *s = &slots[slot];
+    pthread_mutex_lock(&binding);
+    atomic_store(&s->device, d);
+    /* Sequentially consistent, like enter(): a call that counts itself in
+     * the old phase after the flip reads the device stored above. */
+    unsigned old = atomic_fetch_xor(&s->phase, 1u);
+    while (atomic_load(&s->users[old])) sched_yield(); /* calls that may hold the old one */
+    pthread_mutex_unlock(&binding);
     return ASCM_OK;
 }
 
@@ -58,39 +73,42 @@ static acl_slot *slot_of(void *allocator) {
 }
 
 /* The slot's device, entered (release with leave()), or NULL. */
-static ascm_device *enter(acl_slot *s) {
-    atomic_fetch_add(&s->users, 1);
+static ascm_device *enter(acl_slot *s, unsigned *phase) {
+    *phase = atomic_load(&s->phase);
+    atomic_fetch_add(&s->users[*phase], 1);
     ascm_device *d = atomic_load(&s->device);
     if (d && ascm_device_enter(d)) return d;
-    atomic_fetch_sub(&s->users, 1);
+    atomic_fetch_sub(&s->users[*phase], 1);
     return NULL;
 }
 
-static void leave(acl_slot *s, ascm_device *d) {
+static void leave(acl_slot *s, ascm_device *d, unsigned phase) {
     ascm_device_leave(d);
-    atomic_fetch_sub(&s->users, 1);
+    atomic_fetch_sub(&s->users[phase], 1);
 }
 
 EXPORT void *ascmem_acl_alloc(void *allocator, size_t size) {
     acl_slot *s = slot_of(allocator);
-    ascm_device *d = s && size ? enter(s) : NULL;
+    unsigned phase;
+    ascm_device *d = s && size ? enter(s, &phase) : NULL;
     if (!d) return NULL;
     uint64_t addr = 0;
     int kind, events;
     /* aclrtMalloc's rules and its default policy (huge pages first) */
     int st = ascm_device_malloc(d, (uint64_t)size, 0, ASCM_SIZE_MALLOC, &addr, &kind, &events);
-    leave(s, d);
+    leave(s, d, phase);
     return st == ASCM_OK ? (void *)(uintptr_t)addr : NULL;
 }
 
 EXPORT void ascmem_acl_free(void *allocator, void *block) {
     acl_slot *s = slot_of(allocator);
-    ascm_device *d = s && block ? enter(s) : NULL;
+    unsigned phase;
+    ascm_device *d = s && block ? enter(s, &phase) : NULL;
     if (!d) return;
     int kind;
     /* a block that is not live on this device is refused by the pool */
     (void)ascm_device_free(d, (uint64_t)(uintptr_t)block, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
-    leave(s, d);
+    leave(s, d, phase);
 }
 
 /* The address is advice (the runtime's docs: "apply for a block according to
