@@ -105,12 +105,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
                 live[0][slot] = 0;
             break;
-        case 1: /* pool free, valid or not (a large block allocated by handle: refused) */
-            ascm_pool_free(pool, live[0][slot] ? live[0][slot] : req);
+        case 1: { /* pool free, valid or not (a large block allocated by handle: refused) */
+            uint64_t a = live[0][slot] ? live[0][slot] : req, usable;
+            if (ascm_pool_free(pool, a) == ASCM_OK && (req & 1)) {
+                /* live nowhere now (the slots hold distinct live blocks):
+                 * the kept last freed block, its map entry kept in a loop of
+                 * reuse, included -- a second free and a lookup are refused */
+                if (ascm_pool_free(pool, a) != ASCM_ERR_BADFREE ||
+                    ascm_pool_usable_size(pool, a, &usable) != ASCM_ERR_BADFREE) {
+                    fprintf(stderr, "pool: a freed block at %#llx was freed or found again\n",
+                            (unsigned long long)a);
+                    abort();
+                }
+            }
             live[0][slot] = 0;
             if (handles[slot]) ascm_pool_free_handle(pool, handles[slot]);
             handles[slot] = 0;
             break;
+        }
         case 2:
             if (!live[1][slot] && ascm_buddy_alloc(buddy, req, align, &live[1][slot]) != ASCM_OK)
                 live[1][slot] = 0;
