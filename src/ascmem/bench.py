@@ -238,18 +238,15 @@ def frugality(traces, names, resolution):
 
 
 def _traces(quick):
+    """The frugality table's traces: the recorded pipeline beside the
+    repository when it is there, then every shipped example; a smoke run
+    takes two small real ones."""
+    if quick:
+        return [tr.example("resnet50_multires"), tr.example("encoder_varlen")]
     shared = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "traces",
                                            "pipeline.csv.gz"))
-    out = []
-    if os.path.exists(shared):
-        out.append(tr.load(shared))
-    for name in ("resnet50_multires", "encoder_varlen", "decoder_kvcache", "unet_multires",
-                 "vit_train", "resnet18_train", "seq2seq_generate", "gru_lm", "video_pipeline",
-                 "batch_inference", "many_small"):
-        out.append(tr.example(name))
-    if quick:
-        out = out[1:3]
-    return out
+    out = [tr.load(shared)] if os.path.exists(shared) else []
+    return out + [tr.example(name) for name in tr.example_names()]
 
 
 def main(argv=None):
