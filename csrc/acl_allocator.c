@@ -15,10 +15,10 @@
  * device address itself, so get_addr_from_block is the identity and costs
  * the runtime nothing.  The callbacks run on the runtime's threads without
  * the GIL: the device's pools and budget are locked in C, and a slot counts
- * the calls inside it so that unbinding can wait for them (by phase, below).  Bad input (an
- * allocator pointer that is not a slot, an unbound slot, a block that is not
- * a live block of the slot's device) is refused -- NULL, or a free that does
- * nothing -- never undefined behaviour.
+ * the calls inside it so that unbinding can wait for them (by phase, below).
+ * Bad input (an allocator pointer that is not a slot, an unbound slot, a
+ * block that is not a live block of the slot's device) is refused -- NULL,
+ * or a free that does nothing -- never undefined behaviour.
  */
 #include "ascmem.h"
 #include "ascmem_acl_allocator.h" /* the exported prototypes, checked against the definitions */
