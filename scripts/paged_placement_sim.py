@@ -22,7 +22,7 @@ Rules:
   granules classes, and where in its hole a block goes (the C pool's rules
            since the sixth session, fit.c): a block that fills its last
            granule all but a sixteenth starts at a granule boundary (best
-           fit among the holes that hold it so); one of 1-4 granules takes,
+           fit among the holes that hold it so); one of 1-16 granules takes,
            in the hole best fit chose, whichever of the hole's ends and its
            first and last granule boundaries spans the fewest granules
 
@@ -189,7 +189,7 @@ class Granules(Classes):
                     best = (s, length)
             return best[0]
         h = super().place(space, n)
-        if n < gu or n >= 4 * gu:
+        if n < gu or n >= 16 * gu:
             return h
         length = space.holes[h]
         return min(candidates(space, h, length, n),

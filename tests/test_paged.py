@@ -129,10 +129,12 @@ def test_physical_efficiency_of_the_real_traces():
     """The figures BENCHMARKS.md quotes, pinned so that a placement change
     that loses physical efficiency on a real trace is seen."""
     floor = {"resnet50_multires": (0.97, 0.995), "encoder_varlen": (0.96, 0.995),
-             "decoder_kvcache": (0.93, 0.99), "pipeline": (0.945, 0.995),
-             "unet_multires": (0.99, 0.995), "vit_train": (0.975, 0.995),
-             # below the issue's 0.95 / 0.99: 7.5 MiB live in many small blocks
-             "seq2seq_generate": (0.62, 0.98),
+             "decoder_kvcache": (0.93, 0.99), "pipeline": (0.945, 0.99),
+             "unet_multires": (0.99, 0.995), "vit_train": (0.98, 0.995),
+             # below the issue's 0.95 at 2 MiB (bound 0.936): 7.5 MiB live, in
+             # many small blocks; 0.99 at 64 KiB since the position rule
+             # covers its blocks of 9 granules (fit.c)
+             "seq2seq_generate": (0.62, 0.99),
              "resnet18_train": (0.965, 0.995), "gru_lm": (0.99, 0.995)}
     pipeline = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",
                             "pipeline.csv.gz")
