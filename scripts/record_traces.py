@@ -1,4 +1,4 @@
-"""Records real allocation traces of eight model families with PyTorch's
+"""Records real allocation traces of eleven model families with PyTorch's
 profiler on the CPU, as ../shared/traces/README.md describes for
 pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
 
@@ -22,14 +22,24 @@ pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
                      16-48 tokens greedily, without a cache, for 6 requests
   gru_lm             a 2-layer GRU language model (hidden 1024) scoring
                      batches of 4-32 sequences of 32-200 tokens
+  mobilenet_multires MobileNetV2 inference (inverted residual blocks,
+                     depthwise convolutions), batch 1-8, 160-320 pixels
+  bert_train         training steps (AdamW) of a small BERT-style encoder
+                     (4 layers of d_model 256), masked-token loss over a
+                     vocabulary of 8,000, batch 4-16, 32-192 tokens
+  decoder_static_cache  a decoder (6 layers, d_model 512, RMS norm, SwiGLU)
+                     whose KV cache is allocated once per request at its
+                     full length and written in place, 5 requests
 
 Weights are made before recording, so the traces hold the activations,
 workspaces and caches of inference, as the pipeline trace does (and, for
-vit_train, the gradients, the momentum buffers made at the first step, and
-the activations kept for backward).  unet_multires and vit_train were
-recorded after the placement rules they are checked against were chosen
-(sixth session), to judge them on models they were not tuned on.  Needs
-torch (2.13.0 CPU was used):  python scripts/record_traces.py [NAME ...]
+the three training traces, the gradients, the optimizer state made at the
+first step, and the activations kept for backward).  unet_multires and
+vit_train were recorded after the placement rules they are checked against
+were chosen (sixth session), to judge them on models they were not tuned
+on; so were the last three (eighth session), after the reach of the
+granule position rule was chosen.  Needs torch (2.13.0 CPU was used):
+python scripts/record_traces.py [NAME ...]
 With ASCMEM_TRACE_DIR set the traces go there instead (to hold new ones out
 of the repository while a placement change is judged on them).
 """
@@ -297,10 +307,110 @@ def gru_lm():
     return run
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion, 3x3 depthwise, 1x1 projection."""
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        mid = cin * expand
+        self.body = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU6(),
+                                  nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False),
+                                  nn.BatchNorm2d(mid), nn.ReLU6(),
+                                  nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+def mobilenet_multires():
+    layers, cin = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()], 32
+    for expand, cout, n, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                                    (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
+            cin = cout
+    layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(),
+               nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)]
+    model = nn.Sequential(*layers).eval()
+    rng = random.Random(53)
+    shapes = [(rng.choice((1, 2, 4, 8)), rng.choice((160, 224, 288, 320))) for _ in range(10)]
+
+    def run():
+        with torch.no_grad():
+            for batch, res in shapes:
+                model(torch.randn(batch, 3, res, res)).softmax(-1)
+    return run
+
+
+def bert_train():
+    d, vocab = 256, 8000
+    layer = nn.TransformerEncoderLayer(d, 4, 1024, batch_first=True)
+    emb, body, head = nn.Embedding(vocab, d), nn.TransformerEncoder(layer, 4), nn.Linear(d, vocab)
+    params = [*emb.parameters(), *body.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(61)
+    shapes = [(rng.choice((4, 8, 16)), rng.choice((32, 64, 128, 192))) for _ in range(8)]
+
+    def run():
+        for batch, seq in shapes:  # masked-token prediction over the whole sequence
+            tokens = torch.randint(0, vocab, (batch, seq))
+            logits = head(body(emb(tokens)))
+            loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+class StaticCacheLayer(nn.Module):
+    """A decoder layer (RMS norm, SwiGLU) whose KV cache is allocated once per
+    request at its full length and written in place, as serving engines do."""
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, 3 * d, bias=False)
+        self.down = nn.Linear(3 * d, d, bias=False)
+        self.n1, self.n2 = nn.RMSNorm(d), nn.RMSNorm(d)
+
+    def forward(self, x, cache, pos):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        cache[0][:, pos:pos + t], cache[1][:, pos:pos + t] = k, v
+        keys, values = cache[0][:, :pos + t], cache[1][:, :pos + t]
+        att = nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), is_causal=pos == 0)
+        x = x + self.out(att.transpose(1, 2).reshape(b, t, d))
+        h = self.n2(x)
+        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+def decoder_static_cache():
+    d, heads, vocab = 512, 8, 32000
+    emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab, bias=False)
+    layers = [StaticCacheLayer(d, heads).eval() for _ in range(6)]
+    rng = random.Random(71)
+    requests = [(rng.choice((1, 2, 4)), rng.choice((32, 96, 160)), rng.choice((32, 64))) for _ in range(5)]
+
+    def run():
+        with torch.no_grad():
+            for batch, prompt, new in requests:
+                caches = [(torch.empty(batch, prompt + new, heads, d // heads),
+                           torch.empty(batch, prompt + new, heads, d // heads)) for _ in layers]
+                x, pos = emb(torch.randint(0, vocab, (batch, prompt))), 0
+                for _ in range(new):
+                    for layer, cache in zip(layers, caches):
+                        x = layer(x, cache, pos)
+                    pos += x.shape[1]
+                    x = emb(head(x[:, -1:]).argmax(-1))
+    return run
+
+
 RECORDERS = (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
              ("decoder_kvcache", decoder_kvcache), ("unet_multires", unet_multires),
              ("vit_train", vit_train), ("resnet18_train", resnet18_train),
-             ("seq2seq_generate", seq2seq_generate), ("gru_lm", gru_lm))
+             ("seq2seq_generate", seq2seq_generate), ("gru_lm", gru_lm),
+             ("mobilenet_multires", mobilenet_multires), ("bert_train", bert_train),
+             ("decoder_static_cache", decoder_static_cache))
 
 
 def main():

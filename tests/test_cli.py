@@ -187,7 +187,8 @@ def test_real_traces_ship_as_examples():
     from ascmem.cli import EXAMPLE_MODELS
     assert set(EXAMPLE_MODELS) == set(trace.example_names())  # each has a default product
     for name in ("resnet50_multires", "encoder_varlen", "decoder_kvcache", "unet_multires",
-                 "vit_train", "resnet18_train", "seq2seq_generate", "gru_lm"):
+                 "vit_train", "resnet18_train", "seq2seq_generate", "gru_lm", "mobilenet_multires",
+                 "bert_train", "decoder_static_cache"):
         t = trace.example(name)
         allocs = sum(e.op == "a" for e in t.events)
         frees = sum(e.op == "f" for e in t.events)
