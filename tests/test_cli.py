@@ -160,8 +160,22 @@ def test_fit_paged_reports_physical_efficiency():
             "--granule", "2MiB", "--granule", "64KiB", "--resolution", "1MiB")
     assert r.returncode == 0, r.stderr
     assert "paged pool, 2 MiB granules" in r.stdout and "paged pool, 64 KiB granules" in r.stdout
-    effs = [float(line.split()[-1]) for line in r.stdout.splitlines() if line.startswith("paged pool")]
-    assert len(effs) == 2 and all(0.9 < e <= 1.0 for e in effs)
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("paged pool")]
+    effs, bounds = [float(w[-2]) for w in rows], [float(w[-1]) for w in rows]
+    assert len(effs) == 2 and all(0.9 < e <= b <= 1.0 for e, b in zip(effs, bounds))
+
+
+def test_fit_paged_bound_is_the_peak_in_whole_granules():
+    """decoder_kvcache: 22.46 MiB live at its peak needs 12 granules of 2 MiB,
+    so 0.936 is the most any placement reaches (and the pool reaches it)."""
+    r = run("fit", "--example", "decoder_kvcache", "--allocator", "pool", "--granule", "2MiB",
+            "--resolution", "4MiB", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (paged,) = doc["paged"]
+    assert 22 << 20 < doc["peak_live"] <= 24 << 20
+    assert paged["bound"] == doc["peak_live"] / (24 << 20)
+    assert paged["physical_efficiency"] == paged["bound"]
 
 
 def test_replay_paged_json():

@@ -291,7 +291,10 @@ def cmd_fit(args):
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
         eff, mapped = tr.physical_efficiency(t, g)
-        paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff})
+        # what no placement can beat: the peak's live bytes in whole granules
+        bound = peak / (-(-peak // g) * g) if peak else 1.0
+        paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff,
+                      "bound": bound})
     if args.json:
         return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
                              "resolution": args.resolution, "allocators": results,
@@ -301,9 +304,10 @@ def cmd_fit(args):
     print(_table(rows, ("allocator", "min capacity", "efficiency")))
     if paged:
         rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
-                 f"{p['physical_efficiency']:.3f}") for p in paged]
-        print("physical: a virtual range mapped in granules only where live bytes are")
-        print(_table(rows, ("allocator", "peak mapped", "efficiency")))
+                 f"{p['physical_efficiency']:.3f}", f"{p['bound']:.4f}") for p in paged]
+        print("physical: a virtual range mapped in granules only where live bytes are; bound: "
+              "peak live over the whole granules it needs, which no placement beats")
+        print(_table(rows, ("allocator", "peak mapped", "efficiency", "bound")))
     return 0
 
 
