@@ -282,6 +282,7 @@ typedef struct ascm_slab_class {
     uint32_t partial;     /* head of the list of slabs with a free slot */
     uint32_t empty;       /* empty slabs kept as spares */
     uint32_t idle;        /* head of the chain of idle descriptors */
+    uint32_t nidle;       /* how many are on it */
 } ascm_slab_class;
 
 /* Slab granule -> descriptor, in leaves of 2^ASCM_SLAB_LEAF_BITS entries

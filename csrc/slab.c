@@ -113,6 +113,7 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
     if (k->idle) {
         *out = p->slabs[k->idle];
         k->idle = (*out)->next;
+        k->nidle--;
         return ASCM_OK;
     }
     uint32_t si;
@@ -153,10 +154,16 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
 
 /* A descriptor no slab uses waits, idle, for the next slab of its class:
  * all of them while thread caches are on (a cache may be reading it), else
- * one per class, so that a class that empties and refills does not free and
- * allocate one each time.  The others are freed, their index chained through
- * its pointer slot, tagged odd so that a walk over the array tells it from a
+ * up to IDLE_DESCRIPTORS per class, so that a class that empties and refills
+ * does not free and allocate one each time (at most ~51 KB of host memory a
+ * pool; one per class cost the C LIFO benchmark, whose rounds release several
+ * slabs of a class at once, 24 more instructions a pair: 576 against 552; 8
+ * or 16 gain 1 more).  The others are freed, their index chained through its
+ * pointer slot, tagged odd so that a walk over the array tells it from a
  * descriptor. */
+#ifndef IDLE_DESCRIPTORS
+#define IDLE_DESCRIPTORS 4u
+#endif
 static void free_descriptor(ascm_pool *p, ascm_slab *s) {
     uint32_t si = s->index;
     free(s->mem);
@@ -167,12 +174,13 @@ static void free_descriptor(ascm_pool *p, ascm_slab *s) {
 static void make_idle(ascm_pool *p, ascm_slab *s) {
     ascm_slab_class *k = &p->classes[s->cls];
     s->idle = 1;
-    if (k->idle && !ascm_caches_on(p)) {
+    if (k->nidle >= IDLE_DESCRIPTORS && !ascm_caches_on(p)) {
         free_descriptor(p, s);
         return;
     }
     s->next = k->idle;
     k->idle = s->index;
+    k->nidle++;
 }
 
 void ascm_slab_sync_live(ascm_pool *p) {
@@ -193,6 +201,7 @@ void ascm_slab_free_idle(ascm_pool *p) {
             k->idle = s->next;
             free_descriptor(p, s);
         }
+        k->nidle = 0;
     }
 }
 
