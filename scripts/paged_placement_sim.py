@@ -7,6 +7,7 @@ the granules that hold a live byte.  Physical efficiency = peak live bytes /
 peak mapped bytes, as `ascmem fit --paged` reports it.
 
     python scripts/paged_placement_sim.py [--rule NAME ...] [trace ...]
+    python scripts/paged_placement_sim.py --worst 65536 [--rule NAME] [trace ...]
 
 Rules:
   bestfit  the C pool's placement, with exact best fit where C looks at no
@@ -200,12 +201,15 @@ RULES = {"bestfit": BestFit, "classes": Classes, "exact": Exact, "minnew": MinNe
          "granules": Granules}
 
 
-def physical_efficiency(trace, granule, rule):
+def physical_efficiency(trace, granule, rule, worst=None):
+    """Peak live / peak mapped.  With a dict as worst, it is filled with the
+    moment the mapped granules first reach their peak: the row, the live
+    blocks (id -> placement, as in live below) and the slabs."""
     space = Space(granule, rule.regions)
     partial = [[] for _ in SLAB_SIZES]  # per class, slabs with a free slot (last = current)
     slabs, next_slab = {}, 0
-    live, cur, peak = {}, 0, 0
-    for is_alloc, ident, size, _kind, _policy in trace.rows():
+    live, cur, peak, worst_mapped = {}, 0, 0, 0
+    for row, (is_alloc, ident, size, _kind, _policy) in enumerate(trace.rows()):
         if is_alloc:
             if size <= SLAB_MAX:
                 c = next(i for i, s in enumerate(SLAB_SIZES) if s >= max(size, 1))
@@ -244,16 +248,48 @@ def physical_efficiency(trace, granule, rule):
                     partial[s[2]].remove(v[1])
                     del slabs[v[1]]
                     space.give(s[0], s[1])
+        if worst is not None and space.mapped > worst_mapped:
+            worst_mapped = space.mapped  # copies only at a new peak: a few dozen times a trace
+            worst.update(row=row, mapped=space.mapped, live=dict(live),
+                         slabs={k: list(v) for k, v in slabs.items()})
     return peak / (space.peak * granule)
+
+
+def print_worst(trace, granule, rule):
+    """The layout at the moment the mapped granules first reach their peak:
+    where the granules a placement rule wastes are (how the 64 KiB miss on
+    seq2seq_generate was found: blocks of 8.6 granules straddling a tenth)."""
+    w = {}
+    eff = physical_efficiency(trace, granule, RULES[rule](), w)
+    gu = granule // UNIT
+    blocks = [(v[1], v[2], v[3], ident) for ident, v in w["live"].items() if v[0] == "block"]
+    used = {v[1] for v in w["live"].values() if v[0] == "slab"}
+    blocks += [(s[0], s[1], None, f"slab {k}") for k, s in w["slabs"].items() if k in used]
+    live = sum(v[-1] for v in w["live"].values())
+    print(f"{trace.name}, {granule >> 10} KiB granules, rule {rule}: efficiency {eff:.3f}; "
+          f"worst moment at row {w['row']}: {w['mapped']} granules mapped, "
+          f"{live / granule:.2f} granules of live bytes")
+    print(f"{'start in region':>17s} {'length':>8s} {'spans':>6s} {'region':>7s}  block (bytes)")
+    for start, n, size, what in sorted(blocks):
+        spans = (start + n - 1) // gu - start // gu + 1
+        label = what if size is None else f"{what} ({size})"
+        print(f"{start % REGION / gu:17.3f} {n / gu:8.3f} {spans:6d} {start // REGION:7d}  {label}")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("traces", nargs="*")
     ap.add_argument("--rule", action="append", choices=sorted(RULES))
+    ap.add_argument("--worst", metavar="GRANULE", type=int,
+                    help="print each trace's layout at its worst moment for this granule "
+                         "(bytes), under the first --rule (default granules)")
     args = ap.parse_args(argv)
     rules = args.rule or ["bestfit", "classes", "granules"]
     traces = [tr.load(p) for p in args.traces]
+    if args.worst:
+        for t in traces or [tr.example(n) for n in tr.example_names()]:
+            print_worst(t, args.worst, (args.rule or ["granules"])[0])
+        return 0
     if not traces:
         shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",
                               "pipeline.csv.gz")

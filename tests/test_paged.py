@@ -2,6 +2,8 @@
 where live bytes are (csrc/paging.c)."""
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -401,3 +403,17 @@ def test_paged_acl_maps_in_the_granularity_the_runtime_recommends(answer, granul
     d.free(b)
     assert not acl.mapped
     d.close()
+
+
+def test_placement_model_shows_the_worst_moment():
+    """scripts/paged_placement_sim.py --worst: the layout when the mapped
+    granules first peak, which is how placement misses are found."""
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "paged_placement_sim.py")
+    trace_path = os.path.join(os.path.dirname(tr.__file__), "examples", "decoder_static_cache.csv.gz")
+    r = subprocess.run([sys.executable, script, "--worst", str(2 * MiB), trace_path],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    head, columns, *rows = r.stdout.splitlines()
+    assert "11 granules mapped" in head and "9.50 granules of live bytes" in head
+    spans = [int(line.split()[2]) for line in rows]
+    assert len(rows) == 20 and spans.count(2) == 7  # blocks that straddle a granule boundary
