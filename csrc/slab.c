@@ -7,9 +7,10 @@
  * are multiples of the slab granule (8 KiB, or the unit if larger) and
  * aligned to it; the pool's slab table points each granule of a slab at
  * its descriptor, so free finds the descriptor of any slot in two loads.
- * Descriptors are never freed before the pool: a released slab's stays,
- * idle, for the next slab of its class, so that a thread cache may read one
- * without the lock (tcache.c); a slot's live bit, not its taken bit, says
+ * While thread caches are on, no descriptor is freed: a released slab's
+ * stays, idle, for the next slab of its class, so that a thread cache may
+ * read one without the lock (tcache.c); with caches off, a class keeps up
+ * to IDLE_DESCRIPTORS idle (below).  A slot's live bit, not its taken bit, says
  * whether a caller holds it.  A slab that empties is kept as a spare while its
  * class's spares stay within SLAB_SPARE_BYTES (always at least one), then goes
  * back to the large-block path.  Spares absorb alloc/free waves: building and
