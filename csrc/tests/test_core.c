@@ -855,6 +855,33 @@ static void test_pool_spares_count_as_free(void) {
     ascm_pool_destroy(p);
 }
 
+/* Idle descriptors (slab.c): released slabs of a class keep up to
+ * IDLE_DESCRIPTORS descriptors for the class's next slabs and free the
+ * rest; the next slabs take the idle ones first. */
+static void test_slab_idle_descriptors(void) {
+    ascm_pool_config pc = {.base = 1ull << 32, .size = 64u << 20, .min_block = 4096};
+    ascm_pool *p;
+    CHECK(ascm_pool_create(&pc, &p) == ASCM_OK);
+    int cls = ascm_pool_class_of(p, 64, 64);
+    ascm_slab_class *k = &p->classes[cls];
+    enum { N = 8 * 128 }; /* eight slabs of the 64-byte class (8 KiB, 128 slots) */
+    static uint64_t a[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) CHECK(ascm_pool_alloc(p, 64, 64, &a[i]) == ASCM_OK);
+        CHECK(k->nidle == 0); /* every idle descriptor was taken again */
+        for (int i = 0; i < N; i++) CHECK(ascm_pool_free(p, a[i]) == ASCM_OK);
+        ascm_pool_trim(p); /* the spares go too */
+        uint32_t chained = 0;
+        for (uint32_t si = k->idle; si; si = p->slabs[si]->next) {
+            CHECK(p->slabs[si]->idle && p->slabs[si]->cls == (uint32_t)cls);
+            chained++;
+        }
+        CHECK(k->nidle == 4 && chained == 4);
+        POOL_OK(p);
+    }
+    ascm_pool_destroy(p);
+}
+
 /* A map hook that records the mapped granules in a bitmap of its own and
  * refuses when told to. */
 typedef struct map_log {
@@ -1061,6 +1088,7 @@ int main(void) {
         {"fork_while_threads_hold_locks", test_fork_while_threads_hold_locks},
         {"device_counts_a_failure_once", test_device_counts_a_failure_once},
         {"pool_spares_count_as_free", test_pool_spares_count_as_free},
+        {"slab_idle_descriptors", test_slab_idle_descriptors},
         {"paged_pool", test_paged_pool},
         {"acl_allocator_slots_under_callers", test_acl_allocator_slots_under_callers},
     };
