@@ -263,8 +263,8 @@ def print_worst(trace, granule, rule):
     eff = physical_efficiency(trace, granule, RULES[rule](), w)
     gu = granule // UNIT
     blocks = [(v[1], v[2], v[3], ident) for ident, v in w["live"].items() if v[0] == "block"]
-    used = {v[1] for v in w["live"].values() if v[0] == "slab"}
-    blocks += [(s[0], s[1], None, f"slab {k}") for k, s in w["slabs"].items() if k in used]
+    # a slab leaves `slabs` when its last slot is freed: every one there holds a live block
+    blocks += [(s[0], s[1], None, f"slab {k}") for k, s in w["slabs"].items()]
     live = sum(v[-1] for v in w["live"].values())
     print(f"{trace.name}, {granule >> 10} KiB granules, rule {rule}: efficiency {eff:.3f}; "
           f"worst moment at row {w['row']}: {w['mapped']} granules mapped, "
