@@ -284,25 +284,10 @@ static inline ascm_handle block_handle(uint32_t node, uint32_t unit) {
  * puts are outstanding (room is reserved for them).  With handle, it is not
  * put there either: it is marked as known by its handle, returned there. */
 /* size: the bytes placed; requested: the caller's (size less a pad). */
-static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align,
-                               uint64_t *addr, uint32_t *unmapped, uint32_t pending,
-                               ascm_handle *handle) {
-    if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
-    int cls = ascm_pool_class_of(p, size, align);
+static __attribute__((noinline)) int alloc_large_locked(ascm_pool *p, uint64_t size, uint64_t requested,
+                                                        uint64_t align, uint64_t *addr, uint32_t *unmapped,
+                                                        uint32_t pending, ascm_handle *handle) {
     int st;
-    if (ASCM_LIKELY(cls >= 0)) {
-        uint64_t off;
-        uint32_t si, slot;
-        st = ascm_slab_alloc(p, cls, requested, &off, &si, &slot);
-        if (ASCM_LIKELY(st == ASCM_OK)) {
-            if (unmapped) *unmapped = ASCM_NODE_NONE;
-            if (handle) *handle = slab_handle(si, slot);
-            count_alloc(p, p->classes[cls].size, requested);
-            *addr = p->base + off;
-            return ASCM_OK;
-        }
-        /* no room for a whole slab: a block of a few units may still fit */
-    }
     if (!handle && ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK))
         return ASCM_ERR_HOSTMEM;
     uint32_t node = reuse_last_freed(p, size, requested, align);
@@ -342,6 +327,29 @@ static inline int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested, 
     return st;
 }
 
+/* The slab path in line in each caller (a small pair's call overhead and
+ * register saves were a tenth of its instructions); large blocks, and a
+ * class with no partial slab, out of line. */
+static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested,
+                                                              uint64_t align, uint64_t *addr, uint32_t *unmapped,
+                                                              uint32_t pending, ascm_handle *handle) {
+    if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
+    int cls = ascm_pool_class_of(p, size, align);
+    if (ASCM_LIKELY(cls >= 0)) {
+        uint64_t off;
+        uint32_t si, slot;
+        if (ASCM_LIKELY(ascm_slab_alloc(p, cls, requested, &off, &si, &slot) == ASCM_OK)) {
+            if (unmapped) *unmapped = ASCM_NODE_NONE;
+            if (handle) *handle = slab_handle(si, slot);
+            count_alloc(p, p->classes[cls].size, requested);
+            *addr = p->base + off;
+            return ASCM_OK;
+        }
+        /* no room for a whole slab: a block of a few units may still fit */
+    }
+    return alloc_large_locked(p, size, requested, align, addr, unmapped, pending, handle);
+}
+
 static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t align) {
     if (size == 0 || !ascm_is_pow2(align)) return ASCM_ERR_INVAL;
     if (align > p->gran && (p->base & (align - 1))) return ASCM_ERR_INVAL;
@@ -367,7 +375,7 @@ static __attribute__((noinline)) int alloc_cached(ascm_pool *p, uint64_t size, u
     return st;
 }
 
-int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
+ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, NULL);
@@ -377,7 +385,7 @@ int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr)
     return st;
 }
 
-int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
+ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
     if (pad > ASCM_MAX_PAD || size + pad < size) return ASCM_ERR_INVAL;
     int st = check_request(p, size + pad, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
@@ -438,12 +446,10 @@ static inline void free_large(ascm_pool *p, uint32_t node, uint64_t *usable, uin
     p->kept_reused = (uint8_t)reuse_loop;
 }
 
-static int free_locked(ascm_pool *p, uint64_t addr) {
-    if (ASCM_UNLIKELY(addr < p->base || addr - p->base >= p->size)) return ASCM_ERR_BADFREE;
-    uint64_t off = addr - p->base, usable, requested;
-    uint32_t node = 0, si = 0;
-    if (off - p->hot_off < p->hot_len) si = p->hot_slab; /* no large block inside a slab */
-    else if (!(off & (p->gran - 1)))
+static __attribute__((noinline)) int free_cold_locked(ascm_pool *p, uint64_t off) {
+    uint64_t usable, requested;
+    uint32_t node = 0;
+    if (!(off & (p->gran - 1)))
         node = p->kept_reused ? ascm_map_get(&p->blocks, (uint32_t)(off >> p->gshift))
                               : ascm_map_take(&p->blocks, (uint32_t)(off >> p->gshift));
     if (node) {
@@ -453,13 +459,11 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
         }
         free_large(p, node, &usable, &requested, p->kept_reused);
     } else {
-        if (!si) {
-            si = ascm_slab_at(p, off);
-            if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
-            /* later frees into this slab skip the maps; set before the free,
-             * which may release the slab (and then clears this) */
-            ascm_slab_remember(p, si);
-        }
+        uint32_t si = ascm_slab_at(p, off);
+        if (ASCM_UNLIKELY(!si)) return ASCM_ERR_BADFREE;
+        /* later frees into this slab skip the maps; set before the free,
+         * which may release the slab (and then clears this) */
+        ascm_slab_remember(p, si);
         int st = ascm_slab_free(p, si, off, &usable, &requested);
         if (st != ASCM_OK) return st;
     }
@@ -467,7 +471,19 @@ static int free_locked(ascm_pool *p, uint64_t addr) {
     return ASCM_OK;
 }
 
-int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr, ascm_handle *h) {
+/* A free into the slab the last slab free went to, in line in each caller
+ * (as alloc_locked's slab path); the rest out of line. */
+static inline __attribute__((always_inline)) int free_locked(ascm_pool *p, uint64_t addr) {
+    if (ASCM_UNLIKELY(addr < p->base || addr - p->base >= p->size)) return ASCM_ERR_BADFREE;
+    uint64_t off = addr - p->base, usable, requested;
+    if (off - p->hot_off >= p->hot_len) return free_cold_locked(p, off); /* no large block inside a slab */
+    int st = ascm_slab_free(p, p->hot_slab, off, &usable, &requested);
+    if (st != ASCM_OK) return st;
+    count_free(p, usable, requested);
+    return ASCM_OK;
+}
+
+ASCM_ENTRY int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr, ascm_handle *h) {
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, h);
@@ -505,7 +521,7 @@ static int free_handle_locked(ascm_pool *p, ascm_handle h) {
     return ASCM_OK;
 }
 
-int ascm_pool_free_handle(ascm_pool *p, ascm_handle h) {
+ASCM_ENTRY int ascm_pool_free_handle(ascm_pool *p, ascm_handle h) {
     ascm_pool_lock(p);
     int st = free_handle_locked(p, h);
     ascm_pool_unlock(p);
@@ -520,7 +536,7 @@ static __attribute__((noinline)) int free_cached(ascm_pool *p, uint64_t addr) {
     return st;
 }
 
-int ascm_pool_free(ascm_pool *p, uint64_t addr) {
+ASCM_ENTRY int ascm_pool_free(ascm_pool *p, uint64_t addr) {
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return free_cached(p, addr);
     ascm_pool_lock(p);
     int st = free_locked(p, addr);
