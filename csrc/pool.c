@@ -284,13 +284,14 @@ static inline ascm_handle block_handle(uint32_t node, uint32_t unit) {
  * puts are outstanding (room is reserved for them).  With handle, it is not
  * put there either: it is marked as known by its handle, returned there. */
 /* size: the bytes placed; requested: the caller's (size less a pad). */
+/* kept_tried: alloc_locked found the kept block not reusable already. */
 static __attribute__((noinline)) int alloc_large_locked(ascm_pool *p, uint64_t size, uint64_t requested,
                                                         uint64_t align, uint64_t *addr, uint32_t *unmapped,
-                                                        uint32_t pending, ascm_handle *handle) {
+                                                        uint32_t pending, ascm_handle *handle, int kept_tried) {
     int st;
     if (!handle && ASCM_UNLIKELY(ascm_map_reserve(&p->blocks, 1 + pending) != ASCM_OK))
         return ASCM_ERR_HOSTMEM;
-    uint32_t node = reuse_last_freed(p, size, requested, align);
+    uint32_t node = kept_tried ? ASCM_NODE_NONE : reuse_last_freed(p, size, requested, align);
     int mapped = 0; /* the reused kept block still has its entry in the address map */
     if (node) {
         mapped = p->kept_in_map;
@@ -327,9 +328,10 @@ static __attribute__((noinline)) int alloc_large_locked(ascm_pool *p, uint64_t s
     return st;
 }
 
-/* The slab path in line in each caller (a small pair's call overhead and
- * register saves were a tenth of its instructions); large blocks, and a
- * class with no partial slab, out of line. */
+/* The slab path and the kept block's reuse in a loop (its address-map
+ * entry still there) in line in each caller: a small pair's call overhead
+ * and register saves were a tenth of its instructions.  Other large blocks,
+ * and a class with no partial slab, out of line. */
 static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested,
                                                               uint64_t align, uint64_t *addr, uint32_t *unmapped,
                                                               uint32_t pending, ascm_handle *handle) {
@@ -346,8 +348,19 @@ static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint
             return ASCM_OK;
         }
         /* no room for a whole slab: a block of a few units may still fit */
+    } else if (p->kept_in_map && !handle && !unmapped) {
+        uint32_t node = reuse_last_freed(p, size, requested, align);
+        if (ASCM_LIKELY(node)) {
+            ascm_fit_node *blk = &p->fit.nodes[node];
+            p->kept_in_map = 0;
+            blk->by_handle = 0;
+            count_alloc(p, (uint64_t)blk->len << p->gshift, requested);
+            *addr = p->base + ((uint64_t)blk->off << p->gshift);
+            return ASCM_OK;
+        }
+        return alloc_large_locked(p, size, requested, align, addr, unmapped, pending, handle, 1);
     }
-    return alloc_large_locked(p, size, requested, align, addr, unmapped, pending, handle);
+    return alloc_large_locked(p, size, requested, align, addr, unmapped, pending, handle, 0);
 }
 
 static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t align) {
