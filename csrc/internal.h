@@ -550,8 +550,9 @@ static inline int ascm_slab_clear_live(const ascm_pool *p, ascm_slab *s, uint64_
 /* Pool lock held, caches about to come on: live bits := taken bits. */
 void ascm_slab_sync_live(ascm_pool *p);
 
-/* The hot paths, inline so that the pool's alloc and free are one function
- * each: the call overhead was a tenth of a small pair's instructions. */
+/* The hot paths, inline so that a small pair runs in the pool's entry
+ * points with no call (pool.c, alloc_locked and free_locked): the call
+ * overhead was a tenth of a small pair's instructions. */
 
 /* Takes a free slot of class cls out of its slab (not live yet). */
 static inline int ascm_slab_take(ascm_pool *p, int cls, uint32_t *slab, uint32_t *slot_out) {
