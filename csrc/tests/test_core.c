@@ -188,6 +188,24 @@ static void test_pool_reuses_the_last_freed_large_block(void) {
     POOL_OK(p);
     charge_limit = -1;
     CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_OK);
+    /* the same in a free-and-ask-again loop, where the reuse is in line
+     * (pool.c, alloc_locked) and the kept block keeps its map entry */
+    CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &a) == ASCM_OK && a == b);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &a) == ASCM_OK && a == b); /* in line */
+    CHECK(ascm_pool_usable_size(p, a, &sz) == ASCM_OK && sz == 2u << 20);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    before = charged;
+    charge_limit = charged;
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_ERR_BUDGET);
+    CHECK(charged == before);
+    CHECK(ascm_pool_usable_size(p, a, &sz) == ASCM_ERR_BADFREE);
+    POOL_OK(p);
+    charge_limit = -1;
+    CHECK(ascm_pool_alloc(p, 2u << 20, 64, &b) == ASCM_OK);
+    CHECK(ascm_pool_usable_size(p, b, &sz) == ASCM_OK && sz == 2u << 20);
     /* a block freed by address keeps its map entry while kept: every lookup
      * by address must see it as free, and a reuse by handle or by a batch
      * must take the entry out, one by address after a free by handle put
