@@ -168,16 +168,26 @@ static int run_threads(const backend *b, int argc, char **argv) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int counts[3] = {1, 2, (int)(cpus > 64 ? 64 : cpus)};
     int ncounts = counts[2] > 2 ? 3 : 2;
+    /* Rounds of every thread count in turn, so that the scaling figure is
+     * the median of quotients measured within a second of each other: this
+     * host's speed moves by a third from minute to minute, and medians of
+     * separate series (2 threads from one minute over 1 thread from the
+     * last) read 0.9x to 1.3x for the same code in one morning. */
+    static double v[3][99], ratio[3][99];
+    for (int i = 0; i < runs; i++)
+        for (int c = 0; c < ncounts; c++) {
+            v[c][i] = steady_threads(b, counts[c]);
+            ratio[c][i] = v[c][i] / v[0][i];
+        }
     for (int c = 0; c < ncounts; c++) {
-        double v[99];
-        for (int i = 0; i < runs; i++) v[i] = steady_threads(b, counts[c]);
-        double m = median(v, runs);
+        double m = median(v[c], runs);
         printf("steady_%d_threads_pairs_per_s %.0f\nsteady_%d_threads_pairs_per_s_per_thread %.0f\n",
                counts[c], m, counts[c], m / counts[c]);
+        if (c) printf("steady_%d_threads_scaling %.3f\n", counts[c], median(ratio[c], runs));
     }
-    double v[99];
-    for (int i = 0; i < runs; i++) v[i] = producer_consumer(b);
-    printf("producer_consumer_pairs_per_s %.0f\n", median(v, runs));
+    double pc[99];
+    for (int i = 0; i < runs; i++) pc[i] = producer_consumer(b);
+    printf("producer_consumer_pairs_per_s %.0f\n", median(pc, runs));
     return 0;
 }
 

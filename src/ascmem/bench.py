@@ -345,12 +345,15 @@ def _run(args):
     threads = None if args.no_c or args.quick else c_threads(3)
     figures["c_threads_pairs_per_s"] = threads
     if threads:
-        print("\nthreads on one allocator, million pairs per second (in all / per thread); "
+        print("\nthreads on one allocator, million pairs per second (in all / per thread; "
+              "in brackets, the median of same-round quotients to one thread); "
               "producer-consumer: one thread allocates, another frees")
         for name, r in threads.items():
             counts = sorted({int(k.split("_")[1]) for k in r if k.startswith("steady_")})
             cells = [f"{n} thr {r[f'steady_{n}_threads_pairs_per_s'] / 1e6:.2f} / "
-                     f"{r[f'steady_{n}_threads_pairs_per_s_per_thread'] / 1e6:.2f}" for n in counts]
+                     f"{r[f'steady_{n}_threads_pairs_per_s_per_thread'] / 1e6:.2f}" +
+                     (f" ({r[f'steady_{n}_threads_scaling']:.2f}x 1 thr)"
+                      if f"steady_{n}_threads_scaling" in r else "") for n in counts]
             print(f"  {name:36s}" + "; ".join(cells) +
                   f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}")
 
