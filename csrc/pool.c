@@ -279,6 +279,13 @@ static inline ascm_handle block_handle(uint32_t node, uint32_t unit) {
     return ((uint64_t)node << 32) | unit; /* node >= 1: never 0, never HANDLE_SLAB */
 }
 
+/* A large block goes to its caller: counted, and its address. */
+static inline void hand_out_large(ascm_pool *p, const ascm_fit_node *blk, uint64_t requested,
+                                  uint64_t *addr) {
+    count_alloc(p, (uint64_t)blk->len << p->gshift, requested);
+    *addr = p->base + ((uint64_t)blk->off << p->gshift);
+}
+
 /* With unmapped, a large block is not put in the blocks map: its node is
  * stored there (0 for a slab slot) for the caller to put, and `pending` such
  * puts are outstanding (room is reserved for them).  With handle, it is not
@@ -320,8 +327,7 @@ static __attribute__((noinline)) int alloc_large_locked(ascm_pool *p, uint64_t s
         } else if (!mapped) {
             ascm_map_put(&p->blocks, blk->off, node);
         }
-        count_alloc(p, (uint64_t)blk->len << p->gshift, requested);
-        *addr = p->base + ((uint64_t)blk->off << p->gshift);
+        hand_out_large(p, blk, requested, addr);
         return ASCM_OK;
     }
     if (st != ASCM_ERR_HOSTMEM) p->failed_count++;
@@ -354,8 +360,7 @@ static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint
             ascm_fit_node *blk = &p->fit.nodes[node];
             p->kept_in_map = 0;
             blk->by_handle = 0;
-            count_alloc(p, (uint64_t)blk->len << p->gshift, requested);
-            *addr = p->base + ((uint64_t)blk->off << p->gshift);
+            hand_out_large(p, blk, requested, addr);
             return ASCM_OK;
         }
         return alloc_large_locked(p, size, requested, align, addr, unmapped, pending, handle, 1);

@@ -162,9 +162,7 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
  * or 16 gain 1 more).  The others are freed, their index chained through its
  * pointer slot, tagged odd so that a walk over the array tells it from a
  * descriptor. */
-#ifndef IDLE_DESCRIPTORS
 #define IDLE_DESCRIPTORS 4u
-#endif
 static void free_descriptor(ascm_pool *p, ascm_slab *s) {
     uint32_t si = s->index;
     free(s->mem);
