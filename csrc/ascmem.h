@@ -371,6 +371,9 @@ int ascm_device_close(ascm_device *d);
 /* Yields until a reset in progress is over; ASCM_ERR_CLOSED if closed. */
 int ascm_device_wait_open(ascm_device *d);
 void ascm_device_budget(ascm_device *d, ascm_budget *out);
+/* The huge-page bytes the budget charges and those the device's pools hold,
+ * read together (they are equal unless the accounting is broken). */
+void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held);
 /* Takes (delta > 0) or gives back fixed runtime memory from shared. */
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta);
 int ascm_device_set_limit(ascm_device *d, uint64_t limit);

@@ -742,6 +742,26 @@ void ascm_device_budget(ascm_device *d, ascm_budget *out) {
     ascm_lock_release(&d->lock);
 }
 
+/* Read in one moment under the device lock, which every charged pool takes
+ * as its own: no page can change between the two figures.  (Summing the
+ * pools' statistics and then reading the budget saw another thread's
+ * allocation in between, and Device.check() reported a mismatch that was
+ * not there.) */
+void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
+    uint64_t bytes = 0;
+    ascm_lock_acquire(&d->lock);
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = ascm_kind(k)->huge ? table_of(d, k) : NULL;
+        for (uint32_t i = 0; t && i < t->n; i++) {
+            const ascm_pool *p = t->c[i].pool;
+            bytes += p->pages_in_use << p->pshift;
+        }
+    }
+    *charged = d->b.huge_used;
+    ascm_lock_release(&d->lock);
+    *held = bytes;
+}
+
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
     ascm_lock_acquire(&d->lock);
     uint64_t old = d->b.fixed;

@@ -195,3 +195,71 @@ def test_threads_allocate_with_streams_while_others_reset_walk_and_trim():
     d.check()
     assert d.stats()["device"]["huge_used"] == 0
     d.close()
+
+
+@pytest.mark.parametrize("config", ["paged, sleeping tags", "growing and giving chunks back"])
+@pytest.mark.filterwarnings("ignore::ascmem.PrecautionWarning")
+def test_check_while_other_threads_allocate_is_never_a_false_alarm(config):
+    """Device.check() compares figures several locks guard (the page budget
+    against the pools' pages, the upstream's chunks against the device's):
+    read one after the other, another thread's allocation in between made
+    a whole device look corrupt.  Here one thread checks in a loop while
+    others allocate, free, sleep and wake tags, empty the cache and grow."""
+    if config.startswith("paged"):
+        d = ascmem.Device("atlas-a2-training", memory=2 << 30, backend="host", paged=True)
+    else:
+        d = ascmem.Device("atlas-training", backend="host",
+                          pool_sizes={"huge": (4 << 20, 256 << 20), "normal": (4 << 20, 64 << 20),
+                                      "dvpp": 4 << 20, "host": 4 << 20})
+    paged = config.startswith("paged")
+    stop = threading.Event()
+    errors, checks = [], [0]
+
+    def user(t):
+        rng = random.Random(300 + t)
+        live = []
+        try:
+            while not stop.is_set():
+                try:
+                    r = rng.random()
+                    if live and r < 0.45:
+                        d.free(live.pop(rng.randrange(len(live))))
+                    elif r < 0.5:
+                        d.empty_cache()
+                    elif paged and r < 0.55:
+                        tag = rng.choice(("kv", "w"))
+                        d.sleep(tag) if rng.random() < 0.5 else d.wake(tag)
+                    else:
+                        size = rng.choice((100, 5000, 300_000, 1 << 20, 3 << 20))
+                        tag = rng.choice(("kv", "w", None)) if paged else None
+                        live.append(d.malloc(size, tag=tag))
+                except ascmem.OutOfMemoryError:
+                    pass
+                except ascmem.InvalidArgumentError as exc:  # sleeping twice, waking an awake tag
+                    if "asleep" not in str(exc):
+                        raise
+            for p in live:
+                d.free(p)
+        except Exception as exc:
+            errors.append(exc)
+
+    def checker():
+        try:
+            while not stop.is_set():
+                d.check()
+                checks[0] += 1
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=user, args=(t,)) for t in range(3)]
+    threads.append(threading.Thread(target=checker))
+    for th in threads:
+        th.start()
+    stop.wait(1.5)
+    stop.set()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    assert checks[0] > 10
+    d.check()
+    d.close()

@@ -164,6 +164,7 @@ cdef extern from "ascmem.h" nogil:
                                   int max, int *count)
     int ascm_device_reset(ascm_device *d, const uint64_t *base)
     void ascm_device_budget(ascm_device *d, ascm_budget *out)
+    void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held)
     int ascm_device_charge_fixed(ascm_device *d, int64_t delta)
     int ascm_device_set_limit(ascm_device *d, uint64_t limit)
     void ascm_device_reset_peaks(ascm_device *d)

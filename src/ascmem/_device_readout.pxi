@@ -164,7 +164,7 @@ cdef class _DeviceReadout:
         cdef ascm_pool *p
         cdef ascm_stats s
         cdef _DeviceParts parts = <_DeviceParts>self._parts
-        pages = mapped = 0
+        cdef uint64_t charged, held
         for k in range(ASCM_KINDS):
             for i in range(ascm_device_chunk_count(self._d, k)):
                 p = ascm_device_chunk(self._d, k, i, NULL, NULL)
@@ -174,20 +174,21 @@ cdef class _DeviceReadout:
             if not ascm_device_has_kind(self._d, k):
                 continue
             if parts.up.name != "sim" and not parts.closed:
-                problem = parts.growth.accounting_problem(k, self.chunks(k))
+                problem = parts.growth.accounting_problem(k, self.chunks)
                 if problem:
                     raise CorruptionError(problem)
-            ascm_device_kind_stats(self._d, k, &s)
-            mapped += s.mapped
-            if ascm_kind(k).huge:
-                pages += s.pages_in_use * s.page_size
         if parts.mapper is not None:  # acl, paged: a runtime handle under every mapped granule
-            if len(parts.mapper.handles) * parts.mapper.granule != mapped:
-                raise CorruptionError(f"{len(parts.mapper.handles)} granules hold runtime memory, "
-                                      f"{mapped} bytes are counted as mapped")
-        if pages != self.budget()["huge_used"]:
-            raise CorruptionError(f"huge pages charged {self.budget()['huge_used']} != pages "
-                                  f"in use {pages}")
+            with parts.map_lock():  # held by every call that maps or unmaps
+                mapped = 0
+                for k in range(ASCM_KINDS):
+                    ascm_device_kind_stats(self._d, k, &s)
+                    mapped += s.mapped
+                if len(parts.mapper.handles) * parts.mapper.granule != mapped:
+                    raise CorruptionError(f"{len(parts.mapper.handles)} granules hold runtime "
+                                          f"memory, {mapped} bytes are counted as mapped")
+        ascm_device_huge_pages(self._d, &charged, &held)  # one moment, whatever other threads do
+        if charged != held:
+            raise CorruptionError(f"huge pages charged {charged} != pages in use {held}")
 
     @property
     def paged(self):

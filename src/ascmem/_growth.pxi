@@ -233,12 +233,15 @@ cdef class _Growth:
             self.closed = True
             self.up.close()
 
-    cdef str accounting_problem(self, int k, list chunks):
-        """None, or what is wrong with kind k's chunk accounting."""
-        held = self.up.held[k]
-        if sum(size for _, size in held) != self.taken[k] or self.taken[k] > self.maximum[k] or \
-                sorted(held) != sorted(chunks):
-            return f"{MemKind(k).name}: chunk accounting is wrong"
+    cdef str accounting_problem(self, int k, object chunks_of):
+        """None, or what is wrong with kind k's chunk accounting.  chunks_of(k):
+        the device's chunks, read under the lock every chunk change takes, so
+        that another thread's growth cannot fall between the two readings."""
+        with self.lock:
+            held = self.up.held[k]
+            if sum(size for _, size in held) != self.taken[k] or \
+                    self.taken[k] > self.maximum[k] or sorted(held) != sorted(chunks_of(k)):
+                return f"{MemKind(k).name}: chunk accounting is wrong"
         return None
 
     cdef str describe(self, int k, int chunks):
