@@ -158,15 +158,19 @@ int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t 
 int ascm_pool_close_if_empty(ascm_pool *p);
 /* Paged pools: a live large block (over 32 KiB, or aligned past the unit)
  * stops holding its granules -- they are unmapped where no other live block
- * needs them, and discharged -- but stays allocated at its address; wake maps
- * them again (ASCM_ERR_BUDGET or ASCM_ERR_NOMEM if refused, nothing
- * changed).  Freeing a sleeping block is allowed.  ASCM_ERR_INVAL: not a
- * paged pool, not a live large block, or (wake) not asleep; (sleep) asleep. */
-int ascm_pool_sleep(ascm_pool *p, uint64_t addr);
+ * needs them, and discharged, at once (the release threshold keeps none of
+ * them) -- but stays allocated at its address; wake maps them again
+ * (ASCM_ERR_BUDGET or ASCM_ERR_NOMEM if refused, nothing changed).  Freeing
+ * a sleeping block is allowed.  ASCM_ERR_INVAL: not a paged pool, not a live
+ * large block, or (wake) not asleep; (sleep) asleep.  *released / *mapped
+ * (either may be NULL): the bytes of granules this call gave back / brought
+ * back into use (0 on an error), counted under the pool's lock, so other
+ * threads' allocations do not blur them. */
+int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released);
 /* Paged pools: the range is going away with its owner (it may be unmapped
  * already): the map hook is never called again; accounting goes on. */
 void ascm_pool_detach_mapping(ascm_pool *p);
-int ascm_pool_wake(ascm_pool *p, uint64_t addr);
+int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
 /* Thread caches (tcache.c): a cache of slab slots per thread in front of
  * the pool lock.  OFF (the default): none.  ON: from now on.  AUTO: from the

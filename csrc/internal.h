@@ -349,6 +349,8 @@ int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64
 /* Granules [lo, hi) lost their last live byte: kept up to the threshold,
  * the rest unmapped and discharged. */
 void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi);
+/* The same, but unmapped at once whatever the release threshold (sleep). */
+void ascm_paging_unmap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi);
 uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx);
 void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t in_use);
 int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen);

@@ -130,6 +130,10 @@ void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint6
     if (lo + keep < hi) unmap_run(g, charge, ctx, lo + keep, hi);
 }
 
+void ascm_paging_unmap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
+    unmap_run(g, charge, ctx, lo, hi);
+}
+
 uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
     uint64_t released = g->kept_count << g->pshift;
     flush_pending(g);

@@ -754,16 +754,24 @@ static uint32_t large_block_at(const ascm_pool *p, uint64_t addr) {
     return live_large_at(p, (uint32_t)((addr - p->base) >> p->gshift));
 }
 
-int ascm_pool_sleep(ascm_pool *p, uint64_t addr) {
+int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released) {
+    uint64_t bytes = 0;
     ascm_pool_lock(p);
     uint32_t node = p->paging ? large_block_at(p, addr) : 0;
     uint32_t unit = (uint32_t)((addr - p->base) >> p->gshift);
     int st = node && !ascm_map_get(&p->asleep, unit) ? ascm_map_reserve(&p->asleep, 1) : ASCM_ERR_INVAL;
     if (st == ASCM_OK) {
-        discharge_block(p, &p->fit.nodes[node]);
+        const ascm_fit_node *blk = &p->fit.nodes[node];
+        uint64_t lo, hi;
+        page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift, &lo, &hi);
+        /* unmapped now, past any release threshold: whoever puts a block to
+         * sleep wants its memory back, not kept for the next allocation */
+        if (hi > lo) ascm_paging_unmap(p->paging, p->charge, p->charge_ctx, lo, hi);
+        bytes = (hi - lo) << p->pshift;
         ascm_map_put(&p->asleep, unit, 1);
     }
     ascm_pool_unlock(p);
+    if (released) *released = bytes;
     return st;
 }
 
@@ -773,13 +781,16 @@ void ascm_pool_detach_mapping(ascm_pool *p) {
     ascm_pool_unlock(p);
 }
 
-int ascm_pool_wake(ascm_pool *p, uint64_t addr) {
+int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped) {
     ascm_pool_lock(p);
+    uint64_t before = p->pages_in_use;
     uint32_t node = p->paging ? large_block_at(p, addr) : 0;
     uint32_t unit = (uint32_t)((addr - p->base) >> p->gshift);
     int st = node && ascm_map_get(&p->asleep, unit) ? charge_block(p, &p->fit.nodes[node]) : ASCM_ERR_INVAL;
     if (st == ASCM_OK) ascm_map_take(&p->asleep, unit);
+    uint64_t bytes = (p->pages_in_use - before) << p->pshift;
     ascm_pool_unlock(p);
+    if (mapped) *mapped = bytes;
     return st;
 }
 

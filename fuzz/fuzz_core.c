@@ -203,8 +203,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         case 11: /* sleep and wake, valid or not, the backend refusing at times */
             mirror_state.refuse = (align & 0x2000) != 0;
-            if (req & 1) ascm_pool_sleep(paged, live[3][slot] ? live[3][slot] : req);
-            else ascm_pool_wake(paged, live[3][slot] ? live[3][slot] : req);
+            if (req & 1) ascm_pool_sleep(paged, live[3][slot] ? live[3][slot] : req, NULL);
+            else ascm_pool_wake(paged, live[3][slot] ? live[3][slot] : req, NULL);
             mirror_state.refuse = 0;
             break;
         case 12: /* pool alloc by handle */

@@ -76,6 +76,83 @@ def test_sleep_without_keep_gives_host_memory_back(dev):
     dev.check()
 
 
+def test_sleep_gives_memory_back_past_the_release_threshold():
+    """A release threshold keeps freed granules mapped for the next
+    allocation; a sleeping tag's owner wants its memory back now, so sleep
+    unmaps past the threshold (it used to keep up to the threshold mapped,
+    and gave nothing back).  check() counts the kept granules as charged."""
+    d = ascmem.Device("atlas-a2-training", memory=8 << 30, backend="host", paged=True,
+                      release_threshold=256 * MiB)
+    scratch = d.malloc(64 * MiB)
+    d.free(scratch)  # its granules stay mapped and charged: kept for reuse
+    d.check()
+    kept = d.budget()["huge_used"]
+    assert kept >= 64 * MiB
+    kv = [d.malloc(16 * MiB - 32, tag="kv") for _ in range(4)]  # whole granules each
+    for i, a in enumerate(kv):
+        fill(d, a, 16 * MiB - 32, i + 1)
+    before = d.budget()["huge_used"]
+    assert d.sleep("kv") == 64 * MiB  # (RSS does not drop: keep=True copied 64 MiB to the host)
+    assert d.budget()["huge_used"] == before - 64 * MiB
+    assert sum(resident(a, 16 * MiB) for a in kv) == 0
+    d.check()
+    assert d.wake("kv") == 64 * MiB
+    for i, a in enumerate(kv):
+        arr = d.as_array(a, 16 * MiB - 32)
+        assert arr.min() == arr.max() == i + 1
+    del arr
+    d.check()
+    d.close()
+
+
+def test_sleep_and_wake_count_their_own_granules_while_raw_callers_allocate():
+    """The bytes sleep and wake return are the granules their own blocks
+    gave back and took again, counted under the pool lock: callers without
+    the GIL (the pluggable functions, here through ctypes) allocating in
+    the same pool at the same time do not change them.  (They were the
+    budget's change over the whole call, which other threads moved.)"""
+    import threading
+    import ascmem.pluggable as pl
+    d = ascmem.Device("atlas-a2-training", memory=4 << 30, backend="host", paged=True,
+                      release_threshold=128 * MiB)
+    pl.configure(d, 0)
+    fns = pl.functions()
+    alloc, free = fns[pl.ALLOC], fns[pl.FREE]
+    stop = threading.Event()
+
+    def raw(seed):
+        import random
+        rng, live = random.Random(seed), []
+        while not stop.is_set():
+            if live and (rng.random() < 0.5 or len(live) > 16):
+                p, n = live.pop()
+                free(p, n, 0, None)
+            else:
+                n = rng.choice((1 * MiB, 6 * MiB, 20 * MiB))
+                p = alloc(n, 0, None)
+                if p:
+                    live.append((p, n))
+        for p, n in live:
+            free(p, n, 0, None)
+
+    threads = [threading.Thread(target=raw, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        kv = [d.malloc(8 * MiB - 32, tag="kv") for _ in range(8)]  # 4 whole granules each
+        counts = [(d.sleep("kv"), d.wake("kv")) for _ in range(300)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        pl.unconfigure(0)
+    assert set(counts) == {(64 * MiB, 64 * MiB)}
+    for a in kv:
+        d.free(a)
+    d.check()
+    d.close()
+
+
 def test_sleeping_blocks_refuse_views_and_new_members_but_may_be_freed(dev):
     a = dev.malloc(4 * MiB, tag="kv")
     b = dev.malloc(4 * MiB, tag="kv")

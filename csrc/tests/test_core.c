@@ -986,28 +986,32 @@ static void test_paged_pool(void) {
     CHECK(ascm_pool_alloc(p, 6 * G + 100, 64, &big) == ASCM_OK);
     CHECK(ascm_pool_alloc(p, 100, 64, &small) == ASCM_OK);
     ascm_pool_stats(p, &st);
-    uint64_t awake = st.mapped;
-    CHECK(ascm_pool_sleep(p, big) == ASCM_OK);
-    CHECK(ascm_pool_sleep(p, big) == ASCM_ERR_INVAL);   /* asleep already */
-    CHECK(ascm_pool_sleep(p, small) == ASCM_ERR_INVAL); /* a slab slot */
-    CHECK(ascm_pool_wake(p, small) == ASCM_ERR_INVAL);
+    uint64_t awake = st.mapped, gone = 1, woke = 1;
+    CHECK(st.mapped - st.pages_in_use * G == 0); /* nothing kept before the sleep */
+    CHECK(ascm_pool_sleep(p, big, &gone) == ASCM_OK && gone >= 6 * G);
+    CHECK(ascm_pool_sleep(p, big, &gone) == ASCM_ERR_INVAL && gone == 0); /* asleep already */
+    CHECK(ascm_pool_sleep(p, small, NULL) == ASCM_ERR_INVAL); /* a slab slot */
+    CHECK(ascm_pool_wake(p, small, &woke) == ASCM_ERR_INVAL && woke == 0);
     ascm_pool_stats(p, &st);
-    CHECK(st.mapped < awake && st.mapped == log_mapped(&log) && st.live_count == 2);
+    /* all unmapped: the release threshold (2 granules) keeps none of a sleeper's */
+    CHECK(st.mapped == st.pages_in_use * G && st.mapped == log_mapped(&log) && st.live_count == 2);
+    CHECK(awake - st.mapped >= 6 * G);
     POOL_OK(p);
     CHECK(ascm_pool_alloc(p, 3 * G, 64, &other) == ASCM_OK); /* lands elsewhere */
     uint64_t big_len;
     CHECK(ascm_pool_usable_size(p, big, &big_len) == ASCM_OK && big_len >= 6 * G + 100);
     CHECK(other >= big + big_len || other + 3 * G <= big); /* never inside the sleeper */
     log.refuse = 1;
-    CHECK(ascm_pool_wake(p, big) == ASCM_ERR_NOMEM); /* refused: still asleep */
+    CHECK(ascm_pool_wake(p, big, NULL) == ASCM_ERR_NOMEM); /* refused: still asleep */
     log.refuse = 0;
     POOL_OK(p);
-    CHECK(ascm_pool_wake(p, big) == ASCM_OK);
-    CHECK(ascm_pool_wake(p, big) == ASCM_ERR_INVAL);
+    uint64_t mapped_asleep = st.mapped;
+    CHECK(ascm_pool_wake(p, big, &woke) == ASCM_OK && woke >= 6 * G);
+    CHECK(ascm_pool_wake(p, big, NULL) == ASCM_ERR_INVAL);
     ascm_pool_stats(p, &st);
-    CHECK(st.mapped == log_mapped(&log));
+    CHECK(st.mapped == log_mapped(&log) && st.mapped >= mapped_asleep + woke - 2 * G);
     POOL_OK(p);
-    CHECK(ascm_pool_sleep(p, big) == ASCM_OK);
+    CHECK(ascm_pool_sleep(p, big, &gone) == ASCM_OK && gone == woke);
     CHECK(ascm_pool_free(p, big) == ASCM_OK); /* freeing a sleeping block */
     CHECK(ascm_pool_free(p, small) == ASCM_OK && ascm_pool_free(p, other) == ASCM_OK);
     ascm_pool_trim(p);

@@ -178,8 +178,8 @@ cdef extern from "ascmem.h" nogil:
     uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
     int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad,
                           uint64_t align)
-    int ascm_pool_sleep(ascm_pool *p, uint64_t addr)
-    int ascm_pool_wake(ascm_pool *p, uint64_t addr)
+    int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released)
+    int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped)
     void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx)
     enum:
         ASCM_OS_NORMAL

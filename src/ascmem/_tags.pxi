@@ -80,7 +80,7 @@ cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef _TagRegistry tags = parts.tags
     cdef ascm_pool *p
-    cdef uint64_t n, before = _charged(dev)
+    cdef uint64_t n, given, released = 0
     _require_open(dev, "sleep")
     _check_tag(tag)
     if not parts.paged:
@@ -105,13 +105,14 @@ cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
         ascm_pool_usable_size(p, a, &n)
         data = copies.get(a) if parts.mapper is not None else \
             ((<char *><size_t>a)[:n] if keep and parts.up.readable else None)
-        if ascm_pool_sleep(p, a) == ASCM_OK:
+        if ascm_pool_sleep(p, a, &given) == ASCM_OK:
             saved[a] = data
+            released += given
         else:  # a slab slot: its slab is shared, so it stays as it is
             saved[a] = False
     tags.sleeping[tag] = saved
     parts.apply_maps()
-    return before - _charged(dev)
+    return released
 
 
 cdef uint64_t _wake_tag(Device dev, object tag) except? 0:
@@ -126,7 +127,7 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
     cdef _TagRegistry tags = parts.tags
     cdef ascm_pool *p
     cdef int st
-    cdef uint64_t before = _charged(dev)
+    cdef uint64_t taken, mapped = 0
     _require_open(dev, "wake")
     _check_tag(tag)
     if tag not in tags.sleeping:
@@ -137,14 +138,14 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
         if data is False:
             continue
         p = ascm_device_pool_at(dev._d, a, NULL)
-        st = ascm_pool_wake(p, a)
+        st = ascm_pool_wake(p, a, &taken)
         if st == ASCM_OK and not parts.apply_maps():
-            ascm_pool_sleep(p, a)  # the runtime refused: this one goes back to sleep too
+            ascm_pool_sleep(p, a, NULL)  # the runtime refused: this one goes back to sleep too
             parts.apply_maps()
             st = ASCM_ERR_NOMEM
         if st != ASCM_OK:
             for b in woken:  # back to sleep: the device is left as it was
-                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b)
+                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b, NULL)
             parts.apply_maps()
             b = dev.budget()
             raise OutOfMemoryError(f"wake({tag!r}): the device has no room to map {a:#x} again "
@@ -152,6 +153,7 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
                                    f"{_fmt_bytes(b['huge_used'])} huge + {_fmt_bytes(b['normal_used'])} "
                                    f"normal of {_fmt_bytes(b['total'])} in use")
         woken.append(a)
+        mapped += taken
     if parts.mapper is not None:  # acl: back to the device through aclrtMemcpy
         try:
             for a, data in saved.items():
@@ -159,7 +161,7 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
                     parts.mapper.to_device(a, data)
         except BaseException:
             for b in woken:  # asleep again, contents still kept: a later wake can retry
-                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b)
+                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b, NULL)
             parts.apply_maps()
             raise
     else:
@@ -169,10 +171,4 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
     del tags.sleeping[tag]
     if not tags.members.get(tag, True):
         del tags.members[tag]
-    return _charged(dev) - before
-
-
-cdef uint64_t _charged(Device dev):
-    cdef ascm_budget b
-    ascm_device_budget(dev._d, &b)
-    return b.huge_used + b.normal_used
+    return mapped
