@@ -234,9 +234,11 @@ cdef class Device(_DeviceReadout):
         and, on the host backend, resident memory drop) while they keep their
         addresses.  keep: save their contents in host memory for wake();
         False discards them.  Other tags go on allocating and freeing; a
-        sleeping block may be freed; a view of one is refused.  Blocks of 32
-        KiB or less share slabs with other blocks and stay resident.  Returns
-        the bytes given back.  Needs Device(paged=True)."""
+        sleeping block may be freed; a view of one is refused.  Blocks in slab
+        slots (requests up to 32 KiB less the 32 bytes the runtime's rule
+        adds: 32,736 bytes through malloc) share slabs with other blocks and
+        stay resident, contents in place.  Returns the bytes given back.
+        Needs Device(paged=True)."""
         return _sleep_tag(self, tag, keep)
 
     def wake(self, tag):
