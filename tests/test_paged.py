@@ -228,13 +228,46 @@ def test_paged_device_release_threshold_and_empty_cache():
     d.check()
 
 
-@pytest.mark.parametrize("model, backend", [("atlas-inference", "sim"),
-                                            ("atlas-inference-series", "host"),
-                                            ("atlas-training", "sim")])
-def test_paged_needs_virtual_memory(model, backend):
+@pytest.mark.parametrize("model, backend, mode", [("atlas-inference", "sim", None),
+                                                  ("atlas-200", "host", "EP"),
+                                                  ("atlas-200i-a2", "sim", "RC")])
+def test_paged_needs_virtual_memory(model, backend, mode):
+    """The Ascend 310 products have no virtual memory calls, and the Atlas
+    200I/500 A2 refuses them in RC mode (hicann/runtime
+    docs/zh/api_ref/11-04_virtual_memory_management.md, profiles [V])."""
     with pytest.raises(ascmem.UnsupportedError) as e:
-        ascmem.Device(model, backend=backend, paged=True)
+        ascmem.Device(model, backend=backend, mode=mode, paged=True)
     assert e.value.code == 207000 and "virtual memory" in str(e.value)
+    assert ("RC mode" in str(e.value)) == (mode == "RC")
+
+
+@pytest.mark.parametrize("model, mode", [("atlas-training", None), ("atlas-inference-series", None),
+                                         ("atlas-300i-duo", None), ("atlas-200i-a2", "EP"),
+                                         ("atlas-a2-910b4", None), ("atlas-a3", None)])
+def test_paged_on_every_product_the_runtime_documents(model, mode):
+    """[V]: the seven calls' product tables list the Atlas training series
+    (910) and inference series (310P) and the 200I/500 A2 beside A2, A3 and
+    950 (the older page named A2, A3 and 950 only)."""
+    d = ascmem.Device(model, mode=mode, paged=True)
+    assert d.paged and d.profile.virtual_memory_in(d.mode)
+    a = d.malloc(5 * MiB, ascmem.Policy.HUGE_ONLY)
+    assert d.stats()["huge"]["mapped"] == 6 * MiB
+    d.free(a)
+    assert d.stats()["huge"]["mapped"] == 0
+    d.check()
+
+
+def test_a_runtime_without_virtual_memory_is_unsupported_not_an_upstream_failure():
+    """A driver without the calls makes the runtime answer 207000
+    (ACL_ERROR_RT_FEATURE_NOT_SUPPORT) at aclrtReserveMemAddress: paged=True
+    is UnsupportedError, and what the constructor had taken goes back."""
+    import fake_acl
+    acl = fake_acl.make()
+    acl.fail = lambda name, size: 207000 if name == "rt.reserve_mem_address" else 0
+    with pytest.raises(ascmem.UnsupportedError) as e:
+        ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True)
+    assert e.value.code == 207000 and "virtual memory" in str(e.value)
+    assert not acl.live and not acl.reserved
 
 
 def _acl_paged(**kw):

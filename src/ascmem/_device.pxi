@@ -491,8 +491,13 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
     prof = dev.profile
     if not prof.virtual_memory:
         raise UnsupportedError(f"paged=True: {prof.title} has no virtual memory management "
-                               f"(aclrtReserveMemAddress and aclrtMapMem are documented for Atlas "
-                               f"A2, A3 and Ascend 950 only)")
+                               f"(aclrtReserveMemAddress and aclrtMapMem are documented for the "
+                               f"Ascend 950, Atlas A3, A2, 200I/500 A2, inference series (310P) "
+                               f"and training series (910), not for the Ascend 310 products)")
+    if not prof.virtual_memory_in(dev.mode):
+        raise UnsupportedError(f"paged=True: {prof.title} has no virtual memory management in "
+                               f"{dev.mode} mode (aclrtReserveMemAddress and aclrtMapMem are "
+                               f"documented as refused there); use EP mode")
     cfg.paged = 1
     cfg.release_threshold = threshold
     cfg.map = NULL  # sim: counted, nothing mapped

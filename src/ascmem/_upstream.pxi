@@ -16,7 +16,8 @@
 # deallocation runs, so the Device cannot be relied on to clean up) or when
 # its constructor fails half-way.
 
-from ascmem.errors import AscmemError, MisalignedError, UnsupportedError
+from ascmem.errors import (ACL_ERROR_RT_FEATURE_NOT_SUPPORT, AscmemError, MisalignedError,
+                           UnsupportedError)
 from ascmem.rules import MemKind
 
 # acl backend: how each kind's chunks are taken from the runtime and given back
@@ -250,8 +251,14 @@ cdef class _AclUpstream(_RealUpstream):
             raise MisalignedError(f"acl.{ns}.{name}({size}) returned {ptr:#x}, not {align} "
                                   f"aligned (or past the address space)")
         err = OutOfMemoryError if ret in _UPSTREAM_OOM else UpstreamError
+        why = ""
+        if k in self.paged_kinds and ret == ACL_ERROR_RT_FEATURE_NOT_SUPPORT:
+            # the runtime's answer where the driver lacks the virtual memory
+            # calls (hicann/runtime src/runtime/driver/npu_driver_mem.cc
+            # lines 334-341): paged=True cannot work here, and is not faked
+            err, why = UnsupportedError, ": this device has no virtual memory management"
         e = err(f"acl.{ns}.{name}({size}) for the {MemKind(k).name} pool returned "
-                f"{ret if ret else 'a null pointer'}")
+                f"{ret if ret else 'a null pointer'}{why}")
         e.code = ret if ret else 207001
         raise e
 

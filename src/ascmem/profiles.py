@@ -29,10 +29,17 @@ Sources (CANN documentation unless noted):
        (CANN 8.0 C API page "hi_mpi_dvpp_malloc", aclcppdevg_03_0324, and the
        pyACL dvpp_malloc page, aclpythondevg_01_0416); acldvppMalloc is.
   [V]  Virtual memory management (aclrtReserveMemAddress, aclrtMallocPhysical,
-       aclrtMapMem, aclrtMemGetAllocationGranularity): Ascend 950PR/950DT, Atlas
-       A3 and Atlas A2 training and inference series only (hicann/runtime,
-       docs/api_docs/aclrtReserveMemAddress.md lines 5-9, and the same table on
-       each of the others' pages).
+       aclrtMapMem, aclrtUnmapMem, aclrtFreePhysical, aclrtReleaseMemAddress,
+       aclrtMemGetAllocationGranularity): Ascend 950PR/950DT, Atlas A3, Atlas A2,
+       the Atlas 200I/500 A2 (not in RC mode), the Atlas inference series (310P)
+       and the Atlas training series (910); not the Ascend 310 products
+       (hicann/runtime at 681ef7610, docs/zh/api_ref/11-04_virtual_memory_management.md:
+       the product table under each call, e.g. lines 38-56 for aclrtMallocPhysical
+       and 213-231 for aclrtReserveMemAddress; RC mode refused, lines 84, 270, 473).
+       The older page docs/api_docs/aclrtReserveMemAddress.md listed A2, A3 and
+       950 only; it is gone from the repository.  Where the driver lacks the
+       calls the runtime answers 207000 (src/runtime/driver/npu_driver_mem.cc
+       lines 334-341; src/runtime/api/api_c.cc line 3664).
   [O]  Stream-ordered memory pools (aclrtMemPoolCreate ... aclrtMemPoolTrimTo):
        Atlas A2 training and inference series only (hicann/runtime,
        docs/zh/api_ref/11-10_ordered_stream_memory_allocation.md, the product
@@ -94,8 +101,14 @@ class Profile:
     @property
     def virtual_memory(self):
         """The runtime can reserve address space and map physical memory
-        under it in granules, so paged pools are possible [V]."""
+        under it in granules, so paged pools are possible [V] (in some mode:
+        see virtual_memory_in)."""
         return self.name in _VIRTUAL_MEMORY
+
+    def virtual_memory_in(self, mode):
+        """Whether the virtual memory calls work in this mode (the Atlas
+        200I/500 A2 refuses them in RC mode [V])."""
+        return self.virtual_memory and not (mode == "RC" and self.name in _NO_VIRTUAL_MEMORY_IN_RC)
 
     @property
     def media_window_source(self):
@@ -160,9 +173,12 @@ _PROFILES = [
             MEDIA_WINDOW, True, True, "[C] 64 GiB per device id (Ascend910_93xx); [G]; [M][A]; [W]"),
 ]
 
-_VIRTUAL_MEMORY = frozenset({"atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference",
-                             "atlas-a3"})  # [V]
-_A2_A3 = _VIRTUAL_MEMORY  # the products [G] speaks of
+_VIRTUAL_MEMORY = frozenset({"atlas-training", "atlas-inference-series", "atlas-300i-duo",
+                             "atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference",
+                             "atlas-200i-a2", "atlas-a3"})  # [V]
+_NO_VIRTUAL_MEMORY_IN_RC = frozenset({"atlas-200i-a2"})  # [V]
+_A2_A3 = frozenset({"atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference",
+                    "atlas-a3"})  # the products [G] speaks of
 
 _BY_NAME = {}
 for _p in _PROFILES:
