@@ -113,8 +113,7 @@ def test_sleep_and_wake_count_their_own_granules_while_raw_callers_allocate():
     budget's change over the whole call, which other threads moved.)"""
     import threading
     import ascmem.pluggable as pl
-    d = ascmem.Device("atlas-a2-training", memory=4 << 30, backend="host", paged=True,
-                      release_threshold=128 * MiB)
+    d = ascmem.Device("atlas-a2-training", memory=4 << 30, backend="host", paged=True)
     pl.configure(d, 0)
     fns = pl.functions()
     alloc, free = fns[pl.ALLOC], fns[pl.FREE]
@@ -140,7 +139,9 @@ def test_sleep_and_wake_count_their_own_granules_while_raw_callers_allocate():
         t.start()
     try:
         kv = [d.malloc(8 * MiB - 32, tag="kv") for _ in range(8)]  # 4 whole granules each
-        counts = [(d.sleep("kv"), d.wake("kv")) for _ in range(300)]
+        # keep=True: the copies make each call long enough for the raw
+        # callers to allocate and free while it runs
+        counts = [(d.sleep("kv"), d.wake("kv")) for _ in range(30)]
     finally:
         stop.set()
         for t in threads:
