@@ -11,6 +11,27 @@ ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
 ACL_ERROR_RT_MEMORY_FREE = 207002
 
 
+# aclrtMemAttr (hicann/runtime include/external/acl/acl_rt.h lines 227-246) and
+# what aclrtMallocPhysical / aclrtMemGetAllocationGranularity accept for device
+# memory (src/acl/aclrt_impl/memory.cpp lines 51-140, 1071-1128): the HBM_*,
+# generic and P2P attributes; DDR_* ones are for host memory only, ACL_DDR_MEM
+# and ACL_HBM_MEM (0, 1) are not in the handler table at all.
+DEVICE_ATTRS = {4, 5, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+HUGE1G_ATTRS = {10, 11, 14, 17}
+
+
+def _bad_prop(prop):
+    """Whether aclrtPhysicalMemProp (pyACL's dict) fails the runtime's checks
+    for device memory: not null, handle type NONE, allocation type PINNED,
+    location DEVICE with an id, a device memory attribute."""
+    if not isinstance(prop, dict):
+        return True
+    loc = prop.get("location")
+    return (prop.get("handleType") != 0 or prop.get("allocationType") != 0 or
+            not isinstance(loc, dict) or loc.get("type") != 1 or not isinstance(loc.get("id"), int) or
+            prop.get("memAttr") not in DEVICE_ATTRS)
+
+
 def make(capacity=None, fail=None, granule=2 << 20):
     """capacity: bytes the runtime can hand out in all (beyond it,
     allocations return 207001); fail: a callable (name, size) -> an error
@@ -180,11 +201,12 @@ def make(capacity=None, fail=None, granule=2 << 20):
     # addresses and sizes 2 MB-aligned, as aclrtMapMem requires)
     def mem_get_allocation_granularity(prop, option):
         record("rt.mem_get_allocation_granularity", option)
-        if not isinstance(prop, dict) or option not in (0, 1):
+        if _bad_prop(prop) or option not in (0, 1):
             return 0, ACL_ERROR_INVALID_PARAM
-        return granule, ACL_SUCCESS
+        return (1 << 30 if prop["memAttr"] in HUGE1G_ATTRS else granule), ACL_SUCCESS
     reserved = {}   # base -> size
     physical = {}   # handle -> size
+    physical_props = []  # the prop of every aclrtMallocPhysical that passed its checks
     mapped = {}     # address -> handle
     next_handle = [1]
     next_range = [0x9000_0000_0000]
@@ -211,8 +233,10 @@ def make(capacity=None, fail=None, granule=2 << 20):
 
     def malloc_physical(size, prop, flags):
         record("rt.malloc_physical", size)
-        if size <= 0 or size % granule:
+        if size <= 0 or size % granule or _bad_prop(prop) or flags != 0 or \
+                (prop["memAttr"] in HUGE1G_ATTRS and size % (1 << 30)):
             return 0, ACL_ERROR_INVALID_PARAM
+        physical_props.append(prop)
         injected = mod.fail("rt.malloc_physical", size) if mod.fail else 0
         if injected:
             return 0, injected
@@ -316,6 +340,7 @@ def make(capacity=None, fail=None, granule=2 << 20):
             dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
         calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish,
-        reserved=reserved, physical=physical, mapped=mapped, waits=waits, descs=descs,
+        reserved=reserved, physical=physical, physical_props=physical_props, mapped=mapped,
+        waits=waits, descs=descs,
         registered=registered)
     return mod

@@ -294,6 +294,36 @@ def test_paged_acl_device_maps_runtime_memory_under_live_blocks():
     assert not acl.reserved  # every range released
 
 
+def test_paged_acl_physical_memory_is_asked_for_with_the_runtimes_props():
+    """aclrtMallocPhysical takes an aclrtPhysicalMemProp that must not be null:
+    handle type NONE, allocation PINNED, location DEVICE and the device id,
+    and a memory attribute the runtime accepts for device memory (the
+    stand-in checks what hicann/runtime's memory.cpp checks).  Each kind
+    asks for its own pages: ACL_MEM_HUGE, ACL_MEM_NORMAL, and ACL_MEM_HUGE1G
+    in whole 1 GB pieces.  (ascmem passed no prop at all before, which the
+    stand-in did not check and the runtime refuses.)"""
+    import fake_acl
+    acl = fake_acl.make(granule=4 * MiB)  # what aclrtMemGetAllocationGranularity recommends
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True,
+                      device_id=3, pool_sizes={"huge1g": 2 << 30})
+    a = d.malloc(3 * MiB, ascmem.Policy.HUGE_ONLY)
+    b = d.malloc(3 * MiB, ascmem.Policy.NORMAL_ONLY)
+    c = d.malloc(5 * MiB, ascmem.Policy.HUGE1G_ONLY)
+    attrs = [(p["memAttr"], p["location"]["id"]) for p in acl.physical_props]
+    assert attrs == [(13, 3), (12, 3), (14, 3)]
+    # the granularity query was answered (a valid prop: memAttr 0 is not one), so
+    # the huge and normal kinds map 4 MB pieces, the 1 GiB kind one whole page
+    assert sorted(acl.physical.values()) == [4 * MiB] * 2 + [1 << 30]
+    assert d.stats()["huge1g"]["mapped"] == 1 << 30
+    d.check()
+    for p in (a, b, c):
+        d.free(p)
+    assert not acl.mapped and not acl.physical
+    d.check()
+    d.close()
+    assert not acl.reserved
+
+
 def test_paged_acl_refusal_leaves_nothing_mapped():
     acl, d = _acl_paged()
     keep = d.malloc(3 * MiB, ascmem.Policy.HUGE_ONLY)

@@ -17,7 +17,27 @@ import ctypes
 from libc.stdlib cimport malloc as c_malloc, realloc as c_realloc, free as c_free
 
 cdef uint64_t _ACL_GRANULE = 2 << 20  # aclrtMapMem: 2 MB-aligned addresses and sizes
+cdef uint64_t _ACL_GRANULE_1G = 1 << 30  # ACL_MEM_HUGE1G: "1G粒度对齐" (1 GB granularity)
 _GRANULARITY_RECOMMENDED = 1          # aclrtMemGranularityOptions
+
+# aclrtPhysicalMemProp as pyACL takes it (a dict).  hicann/runtime at
+# 681ef7610: include/external/acl/acl_rt.h -- aclrtMemAttr lines 227-246
+# (ACL_MEM_NORMAL 12, ACL_MEM_HUGE 13, ACL_MEM_HUGE1G 14), ACL_MEM_LOCATION_TYPE_DEVICE
+# 1 (line 316), ACL_MEM_ALLOCATION_TYPE_PINNED 0 (352), ACL_MEM_HANDLE_TYPE_NONE
+# 0 (356).  src/acl/aclrt_impl/memory.cpp lines 1071-1128 (aclrtMallocPhysical):
+# prop must not be null, handleType NONE, allocationType PINNED, and a memAttr
+# of its handler table for device memory: the generic NORMAL / HUGE / HUGE1G
+# (the HBM_* ones only on 950, A3, A2; the DDR_* ones only for host memory:
+# docs/zh/api_ref/11-04_virtual_memory_management.md lines 89-131).  The same
+# checks guard aclrtMemGetAllocationGranularity (memory.cpp lines 1299-1340).
+_ACL_MEM_NORMAL, _ACL_MEM_HUGE, _ACL_MEM_HUGE1G = 12, 13, 14
+_MEM_ATTR_OF_KIND = {ASCM_KIND_HUGE: _ACL_MEM_HUGE, ASCM_KIND_NORMAL: _ACL_MEM_NORMAL,
+                     ASCM_KIND_HUGE1G: _ACL_MEM_HUGE1G}
+
+
+def _physical_prop(int mem_attr, int device_id):
+    return {"handleType": 0, "allocationType": 0, "memAttr": mem_attr,
+            "location": {"id": device_id, "type": 1}, "reserve": 0}
 
 
 def _acl_granule(acl_module, int device_id):
@@ -28,10 +48,8 @@ def _acl_granule(acl_module, int device_id):
     query = getattr(acl_module.rt, "mem_get_allocation_granularity", None)
     if query is None:
         return _ACL_GRANULE
-    prop = {"handleType": 0, "allocationType": 0, "memAttr": 0,
-            "location": {"id": device_id, "type": 1}, "reserve": 0}
     try:
-        granule, ret = query(prop, _GRANULARITY_RECOMMENDED)
+        granule, ret = query(_physical_prop(_ACL_MEM_HUGE, device_id), _GRANULARITY_RECOMMENDED)
     except Exception:
         return _ACL_GRANULE
     if ret != 0 or not isinstance(granule, int) or granule < _ACL_GRANULE or \
@@ -74,19 +92,33 @@ cdef int _acl_map_hook(void *ctx, uint64_t addr, uint64_t size, int map) noexcep
 @cython.no_gc_clear  # its handles must be freed whenever it goes
 cdef class _AclMapper:
     """The physical memory behind an acl device's paged kinds: one handle
-    per mapped granule."""
+    per mapped piece (a granule; a whole 1 GB page for the 1 GiB kind)."""
     cdef _MapQueue queue
     cdef object acl
-    cdef dict handles            # granule address -> physical memory handle
+    cdef dict handles            # piece address -> (physical memory handle, bytes)
     cdef readonly object error   # what the runtime last refused
     cdef object lock             # held from a pool call that may queue to its apply
-    cdef readonly uint64_t granule  # bytes each handle maps (_acl_granule)
+    cdef readonly uint64_t granule  # bytes a piece of the huge and normal kinds maps (_acl_granule)
+    cdef readonly uint64_t mapped_bytes  # what the handles hold
+    cdef list held               # the upstream's reserved ranges per kind: [(base, size), ...]
+    cdef int device_id
 
-    def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE):
+    def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE, list held=None,
+                  int device_id=0):
         self.acl = acl_module
         self.handles = {}
         self.lock = threading.RLock()
         self.granule = granule
+        self.held = held if held is not None else []
+        self.device_id = device_id
+
+    cdef int kind_at(self, uint64_t addr):
+        """The kind whose reserved range holds addr (-1: none)."""
+        for k, ranges in enumerate(self.held):
+            for base, size in ranges:
+                if base <= addr < base + size:
+                    return k
+        return -1
 
     cdef after_fork(self):
         self.lock = threading.RLock()
@@ -106,31 +138,36 @@ cdef class _AclMapper:
                 for i in range(self.queue.n)]
         self.queue.n = 0
         for addr, size, map in reqs:
-            for g in range(addr, addr + size, self.granule):
+            kind = self.kind_at(addr)
+            piece = _ACL_GRANULE_1G if kind == ASCM_KIND_HUGE1G else self.granule
+            for g in range(addr, addr + size, piece):
                 if not map:
                     self._unmap(g)
-                elif ok and not self._map(g):
+                elif ok and not self._map(g, piece, _MEM_ATTR_OF_KIND.get(kind, _ACL_MEM_HUGE)):
                     ok = False  # the rest of the block's granules stay unmapped
         return ok
 
-    cdef bint _map(self, uint64_t g) except -1:
+    cdef bint _map(self, uint64_t g, uint64_t piece, int mem_attr) except -1:
         rt = self.acl.rt
-        handle, ret = rt.malloc_physical(self.granule, None, 0)
+        handle, ret = rt.malloc_physical(piece, _physical_prop(mem_attr, self.device_id), 0)
         if ret != 0:
             self.error = f"acl.rt.malloc_physical returned {ret}"
             return False
-        ret = rt.map_mem(g, self.granule, 0, handle, 0)
+        ret = rt.map_mem(g, piece, 0, handle, 0)
         if ret != 0:
             rt.free_physical(handle)
             self.error = f"acl.rt.map_mem returned {ret}"
             return False
-        self.handles[g] = handle
+        self.handles[g] = (handle, piece)
+        self.mapped_bytes += piece
         return True
 
     cdef _unmap(self, uint64_t g):
-        handle = self.handles.pop(g, None)
-        if handle is None:  # its map was refused
+        held = self.handles.pop(g, None)
+        if held is None:  # its map was refused
             return
+        handle, piece = held
+        self.mapped_bytes -= piece
         rt = self.acl.rt
         rt.unmap_mem(g)
         rt.free_physical(handle)

@@ -507,7 +507,8 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
         if any(parts.growth.maximum[k] > parts.growth.size[k] for k in range(ASCM_KINDS)):
             raise UnsupportedError("paged=True on the acl backend: give fixed pool sizes (a paged "
                                    "range has no need to grow)")
-        parts.mapper = _AclMapper(parts.up.acl, _acl_granule(parts.up.acl, dev.device_id))
+        parts.mapper = _AclMapper(parts.up.acl, _acl_granule(parts.up.acl, dev.device_id),
+                                  parts.up.held, dev.device_id)
         g = parts.mapper.granule
         for k in range(ASCM_KINDS):  # a reserved range holds whole granules of the runtime's
             if ascm_kind(k).freed_by == ASCM_FREE_DEVICE and parts.growth.size[k]:

@@ -183,9 +183,9 @@ cdef class _DeviceReadout:
                 for k in range(ASCM_KINDS):
                     ascm_device_kind_stats(self._d, k, &s)
                     mapped += s.mapped
-                if len(parts.mapper.handles) * parts.mapper.granule != mapped:
-                    raise CorruptionError(f"{len(parts.mapper.handles)} granules hold runtime "
-                                          f"memory, {mapped} bytes are counted as mapped")
+                if parts.mapper.mapped_bytes != mapped:
+                    raise CorruptionError(f"{parts.mapper.mapped_bytes} bytes of runtime memory "
+                                          f"are mapped, {mapped} are counted as mapped")
         ascm_device_huge_pages(self._d, &charged, &held)  # one moment, whatever other threads do
         if charged != held:
             raise CorruptionError(f"huge pages charged {charged} != pages in use {held}")
