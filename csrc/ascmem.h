@@ -326,6 +326,14 @@ int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, 
 int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
 /* kind_mask: kinds the address may belong to (bit per kind). */
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
+/* Blocks a caller with more state than the device (the Python layer: stream
+ * frees, buffer views, tags) frees itself, through ascm_device_free_held:
+ * while guarded, ascm_device_free refuses them with ASCM_ERR_BADFREE.
+ * guard: ASCM_ERR_HOSTMEM if the set cannot grow.  A free through
+ * ascm_device_free_held drops the block's guard; unguard drops it without a
+ * free.  ascm_device_reset forgets them all. */
+int ascm_device_guard(ascm_device *d, uint64_t addr);
+void ascm_device_unguard(ascm_device *d, uint64_t addr);
 int ascm_device_kind_of(const ascm_device *d, uint64_t addr);  /* -1: none */
 /* The chunk's pool that holds addr (and its kind), or NULL. */
 ascm_pool *ascm_device_pool_at(const ascm_device *d, uint64_t addr, int *kind);

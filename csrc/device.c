@@ -84,6 +84,11 @@ struct ascm_device {
     uint64_t release_threshold;
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
+    /* blocks the Python layer tracks, which the GIL-free free refuses
+     * (ascm_device_guard); under chunks_lock, with their count beside for
+     * the free's lock-free test */
+    ascm_addrset guards;
+    _Atomic uint64_t nguards;
     kind_totals retired_totals[ASCM_KINDS];
     /* requests the whole kind failed (a miss in one chunk that another
      * chunk serves is no failure, so the pools' own counts do not add up) */
@@ -287,6 +292,7 @@ void ascm_device_destroy(ascm_device *d) {
     ascm_fork_unregister(&d->fork_chunks);
     ascm_fork_unregister(&d->fork_budget);
     drop_pools(d);
+    ascm_set_clear(&d->guards);
     free(d);
 }
 
@@ -300,6 +306,10 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
     if (atomic_load(&d->closed)) return ASCM_ERR_CLOSED;
     ascm_device_quiesce(d); /* no caller is inside while the pools are swapped */
     drop_pools(d);
+    ascm_lock_acquire(&d->chunks_lock); /* every block is gone, guarded ones too */
+    ascm_set_clear(&d->guards);
+    atomic_store(&d->nguards, 0);
+    ascm_lock_release(&d->chunks_lock);
     for (int k = 0; k < ASCM_KINDS; k++) d->base[k] = base[k];
     ascm_lock_acquire(&d->lock);
     /* b.fixed (the runtime's own memory: AI CPU operator cache, system
@@ -520,12 +530,50 @@ static inline int device_free(ascm_device *d, uint64_t addr, unsigned kind_mask,
     return ASCM_ERR_BADFREE;
 }
 
+/* Guards: a block the Python layer tracks -- freed on a stream and waiting
+ * for it, record_stream'd, viewed through a buffer, tagged -- is freed and
+ * forgotten there alone.  A GIL-free free of it (the pluggable functions,
+ * cimport's free_raw, the capsule) would let the Python layer free the
+ * block again once its stream is done, by then someone else's, or write
+ * through a view into it, or put it to sleep: so that free is refused
+ * (ASCM_ERR_BADFREE, nothing changed).  Set by the Python layer (GIL held)
+ * while it tracks a block, until it frees it; reset clears them all. */
+int ascm_device_guard(ascm_device *d, uint64_t addr) {
+    ascm_lock_acquire(&d->chunks_lock);
+    int st = ascm_set_add(&d->guards, addr);
+    atomic_store_explicit(&d->nguards, d->guards.count, memory_order_release);
+    ascm_lock_release(&d->chunks_lock);
+    return st;
+}
+
+void ascm_device_unguard(ascm_device *d, uint64_t addr) {
+    if (!atomic_load_explicit(&d->nguards, memory_order_acquire)) return;
+    ascm_lock_acquire(&d->chunks_lock);
+    ascm_set_remove(&d->guards, addr);
+    atomic_store_explicit(&d->nguards, d->guards.count, memory_order_release);
+    ascm_lock_release(&d->chunks_lock);
+}
+
+static int guarded(ascm_device *d, uint64_t addr) {
+    if (ASCM_LIKELY(!atomic_load_explicit(&d->nguards, memory_order_acquire))) return 0;
+    ascm_lock_acquire(&d->chunks_lock);
+    int hit = ascm_set_has(&d->guards, addr);
+    ascm_lock_release(&d->chunks_lock);
+    return hit;
+}
+
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
     if (ASCM_UNLIKELY(!gate_enter(d))) {
         *kind = -1;
         return ASCM_ERR_CLOSED;
     }
-    int st = device_free(d, addr, kind_mask, kind);
+    int st;
+    if (ASCM_UNLIKELY(guarded(d, addr))) {
+        *kind = ascm_device_kind_of(d, addr);
+        st = ASCM_ERR_BADFREE;
+    } else {
+        st = device_free(d, addr, kind_mask, kind);
+    }
     gate_leave(d);
     return st;
 }
@@ -535,7 +583,11 @@ int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int
         *kind = -1;
         return ASCM_ERR_CLOSED;
     }
-    return device_free(d, addr, kind_mask, kind);
+    int st = device_free(d, addr, kind_mask, kind);
+    /* the caller that guards blocks frees them here: the guard goes too */
+    if (ASCM_UNLIKELY(atomic_load_explicit(&d->nguards, memory_order_relaxed) != 0) && st == ASCM_OK)
+        ascm_device_unguard(d, addr);
+    return st;
 }
 
 ascm_pool *ascm_device_pool(ascm_device *d, int kind) {

@@ -139,6 +139,17 @@ static inline uint64_t ascm_hbm_first(const ascm_hbm *h) {
     return i;
 }
 
+/* ---- address set: 64-bit addresses (addrset.c), a device's guarded blocks */
+typedef struct ascm_addrset {
+    uint64_t *keys; /* address + 1; 0 = empty slot */
+    uint64_t mask, count;
+} ascm_addrset;
+
+int ascm_set_add(ascm_addrset *s, uint64_t addr); /* ASCM_ERR_HOSTMEM if it cannot grow */
+int ascm_set_has(const ascm_addrset *s, uint64_t addr);
+void ascm_set_remove(ascm_addrset *s, uint64_t addr);
+void ascm_set_clear(ascm_addrset *s);             /* empty, its memory freed */
+
 /* ---- address map: 32-bit key -> non-zero 32-bit value (addrmap.c) -------
  * The pool's blocks and slabs and the buddy's live blocks. */
 

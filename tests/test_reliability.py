@@ -659,3 +659,50 @@ def test_26_traces_bom_undecodable_and_nul_paths(tmp_path):
             tr.load(f)
     with pytest.raises(tr.TraceError):
         tr.load("a\0b.csv")
+
+
+def test_27_the_gil_free_free_refuses_blocks_the_python_layer_tracks():
+    """A block freed on a stream waits in the Python layer's ledger; a
+    pluggable free (no GIL, through ctypes here) of the same pointer used to
+    free it at once, the next allocation got its place, and the ledger then
+    freed that one when the stream was done.  Blocks the Python layer tracks
+    -- freed on a stream, record_stream'd, viewed, tagged -- are now refused
+    by the GIL-free free (the block stays as it was) until the Python layer
+    frees them, after which their address is an ordinary one again.  (A
+    reset forgets every guard: test_core.c, test_device_guards.)"""
+    import ascmem.pluggable as pl
+    MiB = 1 << 20
+    d = ascmem.Device("atlas-a2-training", memory=1 << 30, backend="host", paged=True)
+    pl.configure(d, 0)
+    try:
+        fns = pl.functions()
+        alloc, free = fns[pl.ALLOC], fns[pl.FREE]
+        waiting = d.malloc(4 * MiB)
+        d.free(waiting, stream="s1")
+        recorded = d.malloc(4 * MiB)
+        d.record_stream(recorded, "s2")
+        tagged = d.malloc(4 * MiB, tag="kv")
+        viewed = d.malloc(100)
+        view = d.buffer(viewed)
+        live = d.stats()["huge"]["live_count"] + d.stats()["normal"]["live_count"]
+        for p, n in ((waiting, 4 * MiB), (recorded, 4 * MiB), (tagged, 4 * MiB), (viewed, 100)):
+            free(p, n, 0, None)  # refused: nothing changes
+        assert d.stats()["huge"]["live_count"] + d.stats()["normal"]["live_count"] == live
+        other = alloc(4 * MiB, 0, None)
+        assert other not in (waiting, recorded, tagged)
+        d.synchronize("s1")  # the ledger frees `waiting`, not `other`
+        assert d.usable_size(other) >= 4 * MiB
+        d.check()
+        del view
+        for p in (recorded, tagged, viewed):
+            d.free(p)  # the Python layer frees them: the guards go
+        d.synchronize()
+        again = [alloc(4 * MiB, 0, None) for _ in range(4)]
+        assert set(again) & {waiting, recorded, tagged}  # their places are reused ...
+        for p in again + [other]:
+            free(p, 4 * MiB, 0, None)  # ... and freed through the GIL-free path as usual
+        assert d.stats()["huge"]["live_count"] == 0
+        d.check()
+    finally:
+        pl.unconfigure(0)
+        d.close()

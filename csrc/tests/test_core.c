@@ -732,6 +732,38 @@ static void *raw_calls(void *arg) {
     return NULL;
 }
 
+/* Guarded blocks: the GIL-free free refuses them and changes nothing; the
+ * held free (the Python layer's) frees them; reset forgets every guard.
+ * Many guards at once exercise the address set's growth and its removal
+ * by backward shift. */
+static void test_device_guards(void) {
+    ascm_device *d = small_device(1ull << 41);
+    uint64_t a[300];
+    int kind, events;
+    for (int i = 0; i < 300; i++)
+        CHECK(ascm_device_malloc(d, 100 + (uint64_t)i * 40, 2 /* NORMAL_ONLY */, ASCM_SIZE_MALLOC,
+                                 &a[i], &kind, &events) == ASCM_OK);
+    for (int i = 0; i < 300; i += 2) CHECK(ascm_device_guard(d, a[i]) == ASCM_OK);
+    CHECK(ascm_device_guard(d, a[0]) == ASCM_OK); /* twice: still one guard */
+    for (int i = 0; i < 300; i++) {
+        int st = ascm_device_free(d, a[i], 0x1F, &kind);
+        CHECK(st == (i % 2 ? ASCM_OK : ASCM_ERR_BADFREE));
+        if (i % 2 == 0) CHECK(kind == ASCM_KIND_NORMAL);
+    }
+    for (int i = 0; i < 300; i += 4) { /* the held free, then the guard goes */
+        CHECK(ascm_device_free_held(d, a[i], 0x1F, &kind) == ASCM_OK);
+        ascm_device_unguard(d, a[i]);
+    }
+    for (int i = 2; i < 300; i += 4) CHECK(ascm_device_free(d, a[i], 0x1F, &kind) == ASCM_ERR_BADFREE);
+    uint64_t base[ASCM_KINDS];
+    for (int k = 0; k < ASCM_KINDS; k++) base[k] = (1ull << 41) + ((uint64_t)k << 32);
+    CHECK(ascm_device_reset(d, base) == ASCM_OK);
+    uint64_t b;
+    CHECK(ascm_device_malloc(d, 100, 2, ASCM_SIZE_MALLOC, &b, &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_free(d, b, 0x1F, &kind) == ASCM_OK); /* no guard left after the reset */
+    ascm_device_destroy(d);
+}
+
 /* Reset and close wait out the callers inside the device; callers arriving
  * meanwhile are refused with ASCM_ERR_CLOSED; none ever runs on a freed pool
  * (ASan would say so). */
@@ -1107,6 +1139,7 @@ int main(void) {
         {"device_chunks", test_device_chunks},
         {"check_detects_corruption", test_check_detects_corruption},
         {"device_reset_and_close_under_raw_callers", test_device_reset_and_close_under_raw_callers},
+        {"device_guards", test_device_guards},
         {"fork_while_threads_hold_locks", test_fork_while_threads_hold_locks},
         {"device_counts_a_failure_once", test_device_counts_a_failure_once},
         {"pool_spares_count_as_free", test_pool_spares_count_as_free},

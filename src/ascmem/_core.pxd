@@ -139,6 +139,8 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                                     uint64_t *addr, int *kind, int *events)
     int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
+    int ascm_device_guard(ascm_device *d, uint64_t addr)
+    void ascm_device_unguard(ascm_device *d, uint64_t addr)
     int ascm_device_enter(ascm_device *d)
     void ascm_device_leave(ascm_device *d)
     void ascm_device_quiesce(ascm_device *d)

@@ -180,6 +180,7 @@ cdef class Device(_DeviceReadout):
         cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
         if p is NULL or parts.ledger.waits(a) or ascm_pool_usable_size(p, a, &n) != ASCM_OK:
             raise InvalidFreeError(f"{a:#x} is not a live block of device {self.device_id}")
+        _guard(self, a)
         parts.ledger.record(a, stream)
 
     def synchronize(self, stream=None):
@@ -289,6 +290,7 @@ cdef class Device(_DeviceReadout):
         n = usable if nbytes is None else as_u64(nbytes, "nbytes")
         if n == 0 or n > usable:
             raise InvalidArgumentError(f"nbytes {n} does not fit the block's {usable} bytes")
+        _guard(self, a)  # viewed once, freed here only
         return memoryview(_make_block_buffer(parts.views, a, n))
 
     def as_array(self, ptr, shape, dtype="uint8"):

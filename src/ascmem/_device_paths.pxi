@@ -49,7 +49,7 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
             addr = parts.ledger.reuse(dev._d, stream, n, pol, mode) if parts.guards is None else 0
             if addr:
                 if tag is not None:
-                    parts.tags.add(addr, tag)
+                    _track_tag(dev, addr, tag)
                 return addr
         # debug mode asks for the guard bytes too; a size no device has is
         # left as it is (routing refuses it) so that adding them cannot wrap
@@ -68,10 +68,35 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
         raise OutOfMemoryError(f"{call}({n}): the runtime refused physical memory for the "
                                f"block's granules ({parts.mapper.error}); nothing stays mapped")
     if tag is not None:
-        parts.tags.add(addr, tag)
+        _track_tag(dev, addr, tag)
     if parts.guards is not None:
         return parts.guards.place(addr, n)
     return addr
+
+
+cdef int _guard(Device dev, uint64_t addr) except -1:
+    """This layer now tracks addr (a stream free, record_stream, a view, a
+    tag): the GIL-free free (pluggable functions, free_raw, the capsule)
+    refuses it until this layer frees it (ascm_device_guard).  Otherwise a
+    block freed there would be freed again here once its stream is done --
+    by then another caller's -- or written through a view, or put to sleep."""
+    if ascm_device_guard(dev._d, addr) != ASCM_OK:
+        _raise(ASCM_ERR_HOSTMEM, f"host memory for the device's record of {addr:#x} ran out")
+    return 0
+
+
+cdef int _track_tag(Device dev, uint64_t addr, object tag) except -1:
+    """A new block joins tag's group; if it cannot be guarded, it is freed
+    again and the error raised (nothing changed)."""
+    cdef int kind
+    try:
+        _guard(dev, addr)
+    except BaseException:
+        ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
+        (<_DeviceParts>dev._parts).apply_maps()
+        raise
+    (<_DeviceParts>dev._parts).tags.add(addr, tag)
+    return 0
 
 
 cdef uint64_t _alloc_slow(Device dev, int st, uint64_t size, uint32_t policy, int mode, int kind,
@@ -152,6 +177,7 @@ cdef _free_slow_body(Device dev, uint64_t addr, unsigned mask, object stream, st
     if p is NULL or not (mask >> k) & 1 or ascm_pool_usable_size(p, addr, &usable) != ASCM_OK:
         _raise(ASCM_ERR_BADFREE, _bad_pointer(dev, addr, k, call, mask))
     parts.tags.forget(addr)  # the block is no longer the caller's, whenever it is freed
+    _guard(dev, addr)  # until the free below, or the stream's end if it waits (free_held drops it)
     if parts.ledger.defer(addr, mask, stream, usable, k):
         return
     _free_when_open(dev, addr, mask, &k, call)
