@@ -3,8 +3,9 @@
  * (allocations, frees by address and by handle -- valid, stale or made up --,
  * sleep and wake, trims; its map hook keeps a mirror of
  * the mapped granules that must agree with the pool's statistics) and one
- * device (allocations, frees, batches, trims, and the device's lifecycle:
- * resets, a gate shut and reopened around calls, close).  Any crash, sanitizer
+ * device (allocations, frees -- of guarded blocks too --, batches, trims,
+ * and the device's lifecycle: resets, a gate shut and reopened around
+ * calls, close).  Any crash, sanitizer
  * report or failed check() is a finding, and so is a statistic that lies:
  * a pool with nothing live must report its whole capacity free.
  *   make -C fuzz run      (clang, libFuzzer + ASan + UBSan)
@@ -137,10 +138,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                    &live[2][slot], &kind, &events) != ASCM_OK)
                 live[2][slot] = 0;
             break;
-        case 5:
-            ascm_device_free(dev, live[2][slot] ? live[2][slot] : req, 0x1F, &kind);
+        case 5: { /* device free, GIL-free or held; a guarded block refuses the GIL-free one */
+            uint64_t a = live[2][slot] ? live[2][slot] : req;
+            int guarded = (req & 2) && ascm_device_guard(dev, a) == ASCM_OK, held = (req & 4) != 0;
+            int st = held ? ascm_device_free_held(dev, a, 0x1F, &kind) : ascm_device_free(dev, a, 0x1F, &kind);
+            if (guarded && !held) {
+                if (st == ASCM_OK) {
+                    fprintf(stderr, "a guarded block was freed by the GIL-free free\n");
+                    abort();
+                }
+                ascm_device_unguard(dev, a); /* refused, still live: a later free may go */
+                break;
+            }
             live[2][slot] = 0;
             break;
+        }
         case 6: { /* batches longer than the 8 deferred map puts of alloc_many */
             uint64_t sizes[24], addrs[24];
             size_t n = 1 + slot % 24, done;
