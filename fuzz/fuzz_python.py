@@ -14,6 +14,12 @@ with atheris.instrument_imports():
     from ascmem import trace as tr
 
 EXPECTED = (ascmem.AscmemError,)
+# the pluggable functions (no GIL, through ctypes) free a paged device's
+# blocks behind the Python layer's back: refused for the blocks it tracks
+import ascmem.pluggable as pluggable  # noqa: E402
+
+RAW = pluggable.functions()
+RAW_INDEX = 7
 
 
 class Index:
@@ -42,9 +48,12 @@ def one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
     pool = ascmem.Pool(1 << 22, base=1 << 32)
     dev = ascmem.Device("atlas-inference", memory=64 << 20)
-    live, dlive, events = [], [], []
+    paged = ascmem.Device("atlas-a2-training", memory=256 << 20, paged=True,
+                          release_threshold=fdp.ConsumeIntInRange(0, 3) << 21)
+    pluggable.configure(paged, RAW_INDEX)
+    live, dlive, plive, events = [], [], [], []
     for _ in range(fdp.ConsumeIntInRange(0, 40)):
-        op = fdp.ConsumeIntInRange(0, 15)
+        op = fdp.ConsumeIntInRange(0, 19)
         try:
             if op == 0:
                 live.append(pool.alloc(fdp.ConsumeIntInRange(-5, 1 << 23),
@@ -86,6 +95,27 @@ def one_input(data):
             elif op == 14:
                 dev.set_memory_fraction((0.5, 1e-12, "x", None, 2.0, float("nan"))[
                     fdp.ConsumeIntInRange(0, 5)])
+            elif op == 16:  # paged, tagged (a tag of any shape), on a stream at times
+                plive.append(paged.malloc(fdp.ConsumeIntInRange(0, 24 << 20),
+                                          tag=("kv", "w", None, ["x"], 3)[fdp.ConsumeIntInRange(0, 4)],
+                                          stream=(None, "s1")[fdp.ConsumeIntInRange(0, 1)]))
+            elif op == 17 and plive:  # freed by Python (on a stream at times) or by the raw path
+                a = plive.pop(fdp.ConsumeIntInRange(0, len(plive) - 1))
+                how = fdp.ConsumeIntInRange(0, 3)
+                if how == 3:
+                    RAW[pluggable.FREE](a, 0, RAW_INDEX, None)
+                else:
+                    paged.free(a, stream=(None, "s1", "s2")[how])
+            elif op == 18:
+                tag = ("kv", "w", {})[fdp.ConsumeIntInRange(0, 2)]
+                if fdp.ConsumeBool():
+                    paged.sleep(tag, keep=fdp.ConsumeBool())
+                else:
+                    paged.wake(tag)
+            elif op == 19:
+                paged.synchronize(("s1", "s2", None)[fdp.ConsumeIntInRange(0, 2)])
+                if plive and fdp.ConsumeBool():
+                    paged.record_stream(plive[-1], "s2")
             elif fdp.ConsumeIntInRange(0, 7) == 0:
                 dev.close()
             else:
@@ -95,6 +125,8 @@ def one_input(data):
             pass
     pool.check()
     dev.check()
+    paged.check()
+    pluggable.unconfigure(RAW_INDEX)
     s = pool.stats()
     for a in live:
         try:
