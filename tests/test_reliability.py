@@ -537,9 +537,13 @@ def test_22_batch_calls_take_read_only_arrays_and_name_bad_items():
     addrs = pool.alloc_many(sizes)
     addrs.flags.writeable = False
     pool.free_many(addrs)
-    for bad in ([[1, 2], [3]], [1, "a"], [1.5, 2]):
+    for bad in ([[1, 2], [3]], [1, "a"], [1.5, 2], None, 3.5, 5, b"x"):  # scalars: were bare TypeErrors
         with pytest.raises(ArgumentTypeError):
             pool.alloc_many(bad)
+        with pytest.raises(ArgumentTypeError):
+            pool.free_many(bad)
+    addrs = pool.alloc_many(n for n in (100, 200))  # iterators are sequences enough
+    pool.free_many(int(a) for a in addrs)
     with pytest.raises(OutOfMemoryError):
         pool.alloc_many([2**63, 1])  # an integer too large, not "float64"
     with pytest.raises(InvalidFreeError):
@@ -579,6 +583,9 @@ def test_24_configuration_and_query_errors_are_typed():
             d.chunks(bad)
         with pytest.raises(InvalidArgumentError):
             d.range_of(bad)
+    for bad in ("free", ["malloc"], None):  # an unhashable one raised a bare TypeError
+        with pytest.raises(InvalidArgumentError, match="call must be one of"):
+            d.route(100, 0, bad)
     with pytest.raises(ArgumentTypeError):
         d.set_memory_fraction("x")
     with pytest.raises(OutOfMemoryError, match="larger than the memory of any device"):

@@ -223,8 +223,14 @@ cdef object _u64_array(object values, str what):
     np = _numpy()
     try:
         arr = np.asarray(values)
+        if arr.ndim == 0 and arr.dtype.kind == "O":  # an iterator (or not a sequence at all)
+            values = list(values)
+            arr = np.asarray(values)
     except (ValueError, TypeError) as e:
         raise ArgumentTypeError(f"{what} must be a flat sequence of integers ({e})") from None
+    if arr.ndim == 0:
+        raise ArgumentTypeError(f"{what} must be a flat sequence of integers, not "
+                                f"{type(values).__name__}")
     if arr.size == 0:
         return np.zeros(0, dtype=np.uint64)
     if arr.dtype.kind not in "iu":

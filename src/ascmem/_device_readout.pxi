@@ -53,8 +53,9 @@ cdef class _DeviceReadout:
         cdef ascm_route r
         modes = {"malloc": ASCM_SIZE_MALLOC, "malloc_align32": ASCM_SIZE_ALIGN32,
                  "dvpp_malloc": ASCM_SIZE_DVPP, "malloc_host": ASCM_SIZE_HOST}
-        if call not in modes:
-            raise InvalidArgumentError(f"route: call must be one of {', '.join(modes)}")
+        if not isinstance(call, str) or call not in modes:
+            raise InvalidArgumentError(f"route: call must be one of {', '.join(modes)}, "
+                                       f"not {call!r}")
         cdef int st = ascm_device_route(self._d, as_u64(size, "size"), _policy(policy), modes[call],
                                         &r)
         if st != ASCM_OK:
