@@ -627,6 +627,12 @@ def test_25_the_acl_drop_in_returns_codes_and_never_raises(fresh_dropin, monkeyp
     for bad in ("x", None, -1, True):
         assert aacl.himpi.dvpp_malloc(bad, 100) == (0, 100000)
     assert aacl.himpi.dvpp_malloc(0, 100) == (0, 207000)  # not on this product (profiles [D])
+    event, _ = aacl.rt.create_event()
+    for bad in ([1], {}):  # unhashable handles: a code, not a TypeError
+        assert aacl.rt.destroy_event(bad) == aacl.rt.destroy_stream(bad) == 100000
+        assert aacl.rt.synchronize_event(bad) == aacl.rt.query_event_status(bad)[1] == 100000
+        assert aacl.rt.record_event(event, bad) == aacl.rt.stream_wait_event(bad, event) == 100000
+    assert aacl.rt.destroy_event(event) == 0
     # install on a namespace that refuses new attributes: nothing half-done
     class Frozen:
         __slots__ = ()

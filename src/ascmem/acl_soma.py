@@ -203,9 +203,28 @@ def _new_handle(kind):
     return handle, ACL_SUCCESS
 
 
+def _ours(kind, handle):
+    """Whether handle is one this module made; an unhashable object (a
+    caller's list or dict) is not, and is answered with a code, not a
+    TypeError."""
+    try:
+        return handle in kind
+    except TypeError:
+        return False
+
+
+def _a_stream(stream):
+    """A stream argument the order tracking can key on (not None, hashable)."""
+    try:
+        hash(stream)
+    except TypeError:
+        return False
+    return stream is not None
+
+
 def _drop_handle(kind, handle):
     with _lock:
-        if handle not in kind:
+        if not _ours(kind, handle):
             return ACL_ERROR_INVALID_PARAM
         kind.discard(handle)
     return ACL_SUCCESS
@@ -231,28 +250,28 @@ def destroy_event(event):
 
 
 def record_event(event, stream):
-    if event not in _events or stream is None:
+    if not _ours(_events, event) or not _a_stream(stream):
         return ACL_ERROR_INVALID_PARAM
     saw_record(event, stream)
     return ACL_SUCCESS
 
 
 def stream_wait_event(stream, event):
-    if event not in _events or stream is None:
+    if not _ours(_events, event) or not _a_stream(stream):
         return ACL_ERROR_INVALID_PARAM
     saw_wait(stream, event)
     return ACL_SUCCESS
 
 
 def synchronize_event(event):
-    if event not in _events:
+    if not _ours(_events, event):
         return ACL_ERROR_INVALID_PARAM
     saw_event_done(event)
     return ACL_SUCCESS
 
 
 def query_event_status(event):
-    if event not in _events:
+    if not _ours(_events, event):
         return EVENT_RECORDED_STATUS_NOT_READY, ACL_ERROR_INVALID_PARAM
     with order.lock:
         stream, seq = order.events.get(event, (None, 0))
