@@ -719,3 +719,21 @@ def test_27_the_gil_free_free_refuses_blocks_the_python_layer_tracks():
     finally:
         pl.unconfigure(0)
         d.close()
+
+
+def test_28_trace_functions_name_what_they_were_given():
+    """Replays, capacities, efficiencies and plans of something that is not a
+    trace, with an allocator that is not one, or with a granule of 0 raised
+    AttributeError, TypeError or ZeroDivisionError from deep inside."""
+    from ascmem import trace as tr
+    t = tr.example("many_small")
+    for call in (lambda: tr.replay(None), lambda: tr.min_capacity("x"), lambda: tr.efficiency(5),
+                 lambda: tr.physical_efficiency([("a", 1, 100)]), lambda: ascmem.plan(None),
+                 lambda: tr.replay(t, 3), lambda: tr.replay(t, True)):
+        with pytest.raises(ArgumentTypeError):
+            call()
+    for call in (lambda: tr.physical_efficiency(t, 0), lambda: tr.paged_pool(t, 3 << 20),
+                 lambda: tr.paged_pool(t, "2M"), lambda: tr.replay(t, "pool", -1),
+                 lambda: tr.replay(t, "bestfit", "bestfit")):
+        with pytest.raises(InvalidArgumentError):
+            call()

@@ -79,7 +79,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     from ascmem import raw_cann
     from ascmem import trace as tr
     from ascmem.torch_caching import TorchCachingAllocator
-    media = _media_only(trace)  # its peak, in whole pages: the media window's share
+    media = _media_only(tr._a_trace(trace))  # its peak, in whole pages: the media window's share
     media_peak = _pages(media.peak_live()) if len(media) else 0
     out = []
     for name in allocators:

@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from ascmem import trace_import as _import
-from ascmem.errors import InvalidArgumentError, OutOfMemoryError
+from ascmem.errors import ArgumentTypeError, InvalidArgumentError, OutOfMemoryError
 from ascmem.raw_cann import request_of
 from ascmem.trace_csv import save  # noqa: F401  (ascmem.trace.save)
 from ascmem.trace_data import KINDS, Event, Trace, TraceError  # noqa: F401  (the public names)
@@ -287,6 +287,21 @@ def tlsf_available():
 ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit", "torch-caching")
 
 
+def _a_trace(trace):
+    """trace, if it is one (load, example, a Recorder's trace)."""
+    if not isinstance(trace, Trace):
+        raise ArgumentTypeError(f"expected a Trace (ascmem.trace.load or example), not "
+                                f"{type(trace).__name__}")
+    return trace
+
+
+def _a_granule(granule):
+    if isinstance(granule, bool) or not isinstance(granule, int) or granule <= 0 or \
+            granule & (granule - 1):
+        raise InvalidArgumentError(f"granule must be a power of two number of bytes, not {granule!r}")
+    return granule
+
+
 def make_allocator(name, capacity):
     """An allocator of capacity bytes by name: pool, buddy, tlsf, bestfit,
     torch-caching (torch_npu's caching allocator, emulated, with the options
@@ -337,10 +352,18 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     with snapshot_at_peak, at its peak of live bytes -- with the allocation
     history (the last history_limit entries; default: all, as PyTorch)."""
     import ascmem
+    _a_trace(trace)
     if isinstance(allocator, str):
         if capacity is None:
             raise InvalidArgumentError("replay by allocator name needs a capacity")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+            raise InvalidArgumentError(f"capacity must be a positive number of bytes, not "
+                                       f"{capacity!r}")
         allocator = make_allocator(allocator, capacity)
+    elif not isinstance(allocator, ascmem.Device) and not (
+            callable(getattr(allocator, "alloc", None)) and callable(getattr(allocator, "free", None))):
+        raise ArgumentTypeError(f"replay needs an allocator name, a Device or an object with "
+                                f"alloc and free, not {type(allocator).__name__}")
     is_device = isinstance(allocator, ascmem.Device)
     caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
     usable = getattr(allocator, "usable_size", None)
@@ -466,7 +489,7 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
     if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution <= 0:
         raise InvalidArgumentError(f"resolution must be a positive number of bytes, not "
                                    f"{resolution!r}")
-    peak = trace.peak_live()
+    peak = _a_trace(trace).peak_live()
     lo = max(resolution, peak // resolution * resolution)  # below peak_live nothing fits
     if hi is None:
         hi = max(lo * 2, resolution)
@@ -490,7 +513,8 @@ def paged_pool(trace, granule=2 << 20, release_threshold=0):
     """A paged Pool for replaying trace: a virtual range far larger than any
     placement of it needs (at least 64 GiB), mapped in granules."""
     import ascmem
-    size = max(64 << 30, 16 * trace.peak_live())
+    size = max(64 << 30, 16 * _a_trace(trace).peak_live())
+    _a_granule(granule)
     size = (size + granule - 1) // granule * granule
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
 
