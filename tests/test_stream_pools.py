@@ -546,3 +546,31 @@ def test_aclrtfree_of_a_pool_block_takes_it_out_of_the_pool(dev, pool):
     acl.rt.mem_pool_free_async(b, s)
     assert acl.rt.free(b) == ACL_ERROR_RT_INTERNAL_ERROR  # freed to the pool already
     check(dev, pool)
+
+
+def test_a_free_behind_the_pools_back_is_refused(dev, pool):
+    """A pool block freed to its pool stays a live Device block, handed out
+    again later; a GIL-free free of it (torch's pluggable free, here through
+    ctypes) would make the next owner share it with whoever the Device gives
+    its place to.  The Device refuses that free: the stream pool guards its
+    blocks until it gives them back itself."""
+    import ascmem.pluggable as pl
+    s, = streams(1)
+    p = malloc(pool, 4 * MiB, s)
+    assert acl.rt.mem_pool_free_async(p, s) == ACL_SUCCESS
+    pl.configure(dev, 0)
+    try:
+        fns = pl.functions()
+        fns[pl.FREE](p, 4 * MiB, 0, None)  # refused: still the pool's
+        other = fns[pl.ALLOC](4 * MiB, 0, None)
+        assert other != p
+        assert malloc(pool, 4 * MiB, s) == p  # the same stream takes it back, as it should
+        assert dev.usable_size(p) >= 4 * MiB and dev.usable_size(other) >= 4 * MiB
+        fns[pl.FREE](other, 4 * MiB, 0, None)
+    finally:
+        pl.unconfigure(0)
+    assert acl.rt.mem_pool_free_async(p, s) == ACL_SUCCESS
+    assert acl.rt.synchronize_stream(s) == ACL_SUCCESS
+    assert acl.rt.mem_pool_trim_to(pool, 0) == ACL_SUCCESS  # given back to the Device, guard gone
+    check(dev, pool)
+    assert dev.stats()["huge"]["live_count"] == 0

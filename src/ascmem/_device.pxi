@@ -170,6 +170,11 @@ cdef class Device(_DeviceReadout):
 
     # ---- streams ----------------------------------------------------------------
 
+    def _guard(self, ptr):
+        """For ascmem's own Python layers that keep a block for later (the
+        stream pools): the GIL-free frees refuse it until Device.free frees it."""
+        _guard(self, as_u64(ptr, "pointer"))
+
     def record_stream(self, ptr, stream):
         """Marks a live block as also used by stream: when freed, it waits for
         that stream too (as PyTorch's Tensor.record_stream)."""

@@ -220,6 +220,13 @@ class StreamPool:
             if not self._release(self._complete_blocks(), 0):
                 raise
             addr = self.device.malloc(size)
+        # the pool hands it out again after a free to the pool: a free behind
+        # its back (the pluggable free, free_raw) would make that a double owner
+        try:
+            self.device._guard(addr)
+        except BaseException:
+            self.device.free(addr)
+            raise
         nbytes = self.device.usable_size(addr)
         self.reserved += nbytes
         self.reserved_high = max(self.reserved_high, self.reserved)
