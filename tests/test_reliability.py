@@ -737,3 +737,46 @@ def test_28_trace_functions_name_what_they_were_given():
                  lambda: tr.replay(t, "bestfit", "bestfit")):
         with pytest.raises(InvalidArgumentError):
             call()
+
+
+def test_29_debug_guard_bytes_on_a_paged_device_with_sleeping_blocks():
+    """ASCMEM_DEBUG=1 checks a block's guard bytes when it is freed.  It read
+    them after the free, when a paged pool has unmapped the block's granules:
+    every free that emptied a granule was a segmentation fault, and so was a
+    free of a sleeping block.  They are read before the free now, not at all
+    for a sleeping block, and written again when sleep(keep=False) gave the
+    contents away; an overrun is still reported."""
+    r = run_child("""
+        import ctypes, os
+        os.environ["ASCMEM_DEBUG"] = "1"
+        import ascmem
+        MiB = 1 << 20
+        d = ascmem.Device("atlas-a2-training", memory=1 << 30, backend="host", paged=True)
+        d.free(d.malloc(8 * MiB))                     # its granules go at the free
+        a = d.malloc(8 * MiB, tag="kv")
+        d.sleep("kv")
+        d.free(a)                                     # a sleeping block
+        b = d.malloc(8 * MiB, tag="w")
+        d.sleep("w", keep=False)
+        d.wake("w")
+        d.free(b)                                     # fresh pages, guard bytes written again
+        c = d.malloc(8 * MiB, tag="later")
+        d.sleep("later")
+        d.free(c, stream="s1")                        # a sleeping block waits for its stream
+        d.synchronize("s1")
+        e = d.malloc(8 * MiB)
+        d.free(e, stream="s2")
+        d.synchronize("s2")
+        f = d.malloc(3 * MiB)
+        ctypes.memset(f + 3 * MiB, 0, 1)              # one byte past the end
+        try:
+            d.free(f)
+        except ascmem.CorruptionError as exc:
+            assert "overrun" in str(exc)
+        else:
+            raise AssertionError("the overrun went unseen")
+        d.check()
+        assert d.stats()["huge"]["live_count"] == 0
+        print("ok")
+    """)
+    assert r.stdout.strip() == "ok"

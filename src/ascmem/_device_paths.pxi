@@ -176,14 +176,19 @@ cdef _free_slow_body(Device dev, uint64_t addr, unsigned mask, object stream, st
                                f"view(s); drop them (del / release()) before freeing")
     if p is NULL or not (mask >> k) & 1 or ascm_pool_usable_size(p, addr, &usable) != ASCM_OK:
         _raise(ASCM_ERR_BADFREE, _bad_pointer(dev, addr, k, call, mask))
+    awake = parts.tags.asleep_tag(addr) is None
     parts.tags.forget(addr)  # the block is no longer the caller's, whenever it is freed
     _guard(dev, addr)  # until the free below, or the stream's end if it waits (free_held drops it)
+    if parts.guards is not None and not awake:
+        parts.guards.overrun(addr, False)  # unmapped: its guard bytes cannot be read, now or later
     if parts.ledger.defer(addr, mask, stream, usable, k):
         return
+    # guard bytes are read before the free, which may unmap the block (paged)
+    problem = parts.guards.overrun(addr, True) if parts.guards is not None else None
     _free_when_open(dev, addr, mask, &k, call)
     parts.apply_maps()
-    if parts.guards is not None:
-        parts.guards.check(addr)
+    if problem is not None:
+        raise CorruptionError(problem)
 
 
 cdef _free_released(Device dev, list blocks):
@@ -192,13 +197,17 @@ cdef _free_released(Device dev, list blocks):
     checked after all are freed."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef int k
+    # read before the frees, which may unmap the blocks (a sleeping block's
+    # record was dropped when it was freed to its stream)
+    problems = [parts.guards.overrun(addr, True) for addr, _ in blocks] \
+        if parts.guards is not None else []
     with parts.map_lock():
         for addr, mask in blocks:
             _free_when_open(dev, addr, mask, &k, "synchronize")
         parts.apply_maps()
-    if parts.guards is not None:
-        for addr, _ in blocks:
-            parts.guards.check(addr)
+    for problem in problems:
+        if problem is not None:
+            raise CorruptionError(problem)
 
 
 cdef int _free_when_open(Device dev, uint64_t a, unsigned mask, int *kind, str call) except -1:

@@ -168,6 +168,8 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
         for a, data in saved.items():
             if data:  # bytes kept by sleep(keep=True)
                 memcpy(<void *><size_t>a, <const char *>data, len(data))
+            elif data is None and parts.guards is not None:  # keep=False: fresh pages
+                parts.guards.restore(a)
     del tags.sleeping[tag]
     if not tags.members.get(tag, True):
         del tags.members[tag]

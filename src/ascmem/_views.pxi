@@ -97,17 +97,27 @@ cdef class _GuardBytes:
         """The caller's bytes of a block (its guard bytes are not theirs)."""
         return min(<uint64_t>self.sizes.get(addr, usable), usable)
 
-    cdef check(self, uint64_t addr):
-        """Called after the block is freed (its memory is not handed out again
-        before this returns: the GIL is held)."""
+    cdef str overrun(self, uint64_t addr, bint mapped):
+        """Forgets addr's guard bytes and says what is wrong with them (None:
+        nothing).  Read before the block is freed: a paged pool unmaps the
+        memory of what it frees.  mapped False (a sleeping block): nothing
+        can be read, and nothing is said."""
         size = self.sizes.pop(addr, None)
-        if size is None:
-            return
+        if size is None or not mapped:
+            return None
         got = bytes(<unsigned char[:_GUARD]><unsigned char *><size_t>(addr + size))
-        if got != _GUARD_BYTES:
-            first = next(i for i in range(_GUARD) if got[i] != 0xAB)
-            raise CorruptionError(f"overrun: the block at {addr:#x} of {size} bytes was written "
-                                  f"past its end (guard byte +{first} changed)")
+        if got == _GUARD_BYTES:
+            return None
+        first = next(i for i in range(_GUARD) if got[i] != 0xAB)
+        return (f"overrun: the block at {addr:#x} of {size} bytes was written past its end "
+                f"(guard byte +{first} changed)")
+
+    cdef restore(self, uint64_t addr):
+        """A block's memory came back without its contents (wake after
+        sleep(keep=False)): its guard bytes are written again."""
+        size = self.sizes.get(addr)
+        if size is not None:
+            self.place(addr, size)
 
     cdef clear(self):
         self.sizes.clear()
