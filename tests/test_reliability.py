@@ -160,10 +160,14 @@ def test_4_debug_guard_bytes_cannot_wrap_and_the_retry_path_is_guarded(monkeypat
         d.malloc(2**64 - 1)
     with pytest.raises(OutOfMemoryError):
         d.malloc_host(2**64 - 1)
+    for call in (d.malloc, d.malloc_align32, d.dvpp_malloc, d.malloc_host):
+        with pytest.raises(InvalidArgumentError):  # 0 with the guard bytes was 64: it succeeded
+            call(0)
     p = d.malloc(100)
     with pytest.raises(InvalidArgumentError):
         d.buffer(p, 1 << 40)
     assert len(d.buffer(p)) == 100  # the guard bytes are not the caller's
+    assert d.usable_size(p) == 100  # nor does it say so (it counted them)
     d.free(p)
     # the out-of-memory retry path: the callback frees room, the retry succeeds
     big = d.malloc_host(6 << 20)

@@ -52,8 +52,9 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
                     _track_tag(dev, addr, tag)
                 return addr
         # debug mode asks for the guard bytes too; a size no device has is
-        # left as it is (routing refuses it) so that adding them cannot wrap
-        want = n + _GUARD if parts.guards is not None and n <= _NO_DEVICE_HAS else n
+        # left as it is (routing refuses it) so that adding them cannot wrap, and
+        # so is 0 (refused as ever: the guard bytes are not the caller's)
+        want = n + _GUARD if parts.guards is not None and 0 < n <= _NO_DEVICE_HAS else n
         st = ascm_device_try_malloc_held(dev._d, want, pol, mode, &addr, &kind, &events)
     else:
         want = n

@@ -19,13 +19,15 @@ cdef class _DeviceReadout:
         return MemKind(k)
 
     def usable_size(self, ptr):
-        """The size a live block was given after the CANN rounding rule."""
+        """The size a live block was given after the CANN rounding rule (with
+        ASCMEM_DEBUG=1, the size asked for: the guard bytes follow it)."""
         cdef uint64_t a = as_u64(ptr, "pointer"), n
         _require_open(self, "usable_size")
         cdef ascm_pool *p = ascm_device_pool_at(self._d, a, NULL)
         if p is NULL or ascm_pool_requested_size(p, a, &n) != ASCM_OK:
             raise InvalidFreeError(f"{a:#x} is not the start of a live block")
-        return n
+        guards = (<_DeviceParts>self._parts).guards
+        return n if guards is None else guards.requested(a, n)
 
     def chunks(self, kind):
         """(base, size) of each chunk a kind holds now, first one first."""
