@@ -4,6 +4,7 @@ keep, wake, frees of sleeping blocks, empty_cache and views, with and
 without a release threshold, against a model that knows which blocks are
 live, which tags sleep, and what bytes each block holds."""
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
@@ -49,15 +50,16 @@ class SleepModel(RuleBasedStateMachine):
         del arr
         assert got == (marker,) * 3, (hex(addr), size, got, marker)
 
+    def _charged(self):
+        b = self.d.budget()
+        return b["huge_used"] + b["normal_used"]
+
     @rule(target=blocks, size=sizes, tag=st.sampled_from(TAGS))
     def malloc(self, size, tag):
         if tag in self.asleep:
-            try:
+            with pytest.raises(ascmem.InvalidArgumentError, match="asleep"):
                 self.d.malloc(size, tag=tag)
-            except ascmem.InvalidArgumentError as e:
-                assert "asleep" in str(e)
-                return None
-            raise AssertionError("a sleeping tag took a new block")
+            return None
         try:
             addr = self.d.malloc(size, tag=tag)
         except ascmem.OutOfMemoryError:
@@ -78,35 +80,27 @@ class SleepModel(RuleBasedStateMachine):
     @rule(tag=st.sampled_from(TAGS[:2]), keep=st.booleans())
     def sleep(self, tag, keep):
         if tag in self.asleep:
-            try:
+            with pytest.raises(ascmem.InvalidArgumentError, match="asleep already"):
                 self.d.sleep(tag, keep=keep)
-            except ascmem.InvalidArgumentError as e:
-                assert "asleep already" in str(e)
-                return
-            raise AssertionError("slept twice")
-        before = self.d.budget()["huge_used"] + self.d.budget()["normal_used"]
+            return
+        before = self._charged()
         released = self.d.sleep(tag, keep=keep)
-        after = self.d.budget()["huge_used"] + self.d.budget()["normal_used"]
-        assert released == before - after  # one thread: the budget's drop, exactly
+        assert released == before - self._charged()  # one thread: the budget's drop, exactly
         self.asleep[tag] = keep
 
     @rule(tag=st.sampled_from(TAGS[:2]))
     def wake(self, tag):
         if tag not in self.asleep:
-            try:
+            with pytest.raises(ascmem.InvalidArgumentError, match="not asleep"):
                 self.d.wake(tag)
-            except ascmem.InvalidArgumentError as e:
-                assert "not asleep" in str(e)
-                return
-            raise AssertionError("woke an awake tag")
-        before = self.d.budget()["huge_used"] + self.d.budget()["normal_used"]
+            return
+        before = self._charged()
         try:
             mapped = self.d.wake(tag)
         except ascmem.OutOfMemoryError:
             self.d.check()  # all or nothing: still asleep
             return
-        after = self.d.budget()["huge_used"] + self.d.budget()["normal_used"]
-        assert 0 <= after - before <= mapped  # kept granules are charged already
+        assert 0 <= self._charged() - before <= mapped  # kept granules are charged already
         keep = self.asleep.pop(tag)
         for addr, (size, t, _) in self.live.items():
             if t == tag:
@@ -119,12 +113,9 @@ class SleepModel(RuleBasedStateMachine):
         if addr is None or addr not in self.live:
             return
         if self.live[addr][1] in self.asleep:
-            try:
+            with pytest.raises(ascmem.InvalidArgumentError, match="asleep"):
                 self.d.buffer(addr)
-            except ascmem.InvalidArgumentError as e:
-                assert "asleep" in str(e)
-                return
-            raise AssertionError("a view of a sleeping block")
+            return
         self._expect(addr)
 
     @rule()

@@ -15,6 +15,16 @@ from conftest import BASE
 THREADS, OPS = 8, 50_000
 
 
+def run_for(seconds, stop, threads):
+    """Starts threads, lets them run for seconds, then sets stop and joins them."""
+    for th in threads:
+        th.start()
+    stop.wait(seconds)
+    stop.set()
+    for th in threads:
+        th.join()
+
+
 def test_eight_threads_fifty_thousand_ops_each_with_cross_thread_frees():
     pool = ascmem.Pool(16 << 30, base=BASE)
     handoff = queue.Queue()  # blocks allocated by one thread, freed by another
@@ -183,12 +193,7 @@ def test_threads_allocate_with_streams_while_others_reset_walk_and_trim():
 
     threads = [threading.Thread(target=user, args=(t,)) for t in range(4)]
     threads += [threading.Thread(target=resetter), threading.Thread(target=walker)]
-    for th in threads:
-        th.start()
-    stop.wait(2.0)
-    stop.set()
-    for th in threads:
-        th.join()
+    run_for(2.0, stop, threads)
     assert not errors, errors[:3]
     d.check()
     d.reset()
@@ -252,13 +257,7 @@ def test_check_while_other_threads_allocate_is_never_a_false_alarm(config):
             errors.append(exc)
 
     threads = [threading.Thread(target=user, args=(t,)) for t in range(3)]
-    threads.append(threading.Thread(target=checker))
-    for th in threads:
-        th.start()
-    stop.wait(1.5)
-    stop.set()
-    for th in threads:
-        th.join()
+    run_for(1.5, stop, threads + [threading.Thread(target=checker)])
     assert not errors, errors[:3]
     assert checks[0] > 10
     d.check()
