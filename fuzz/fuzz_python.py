@@ -5,6 +5,7 @@ as is a failed check().  Arguments come in every shape a careless caller
 passes: negative, huge, float, str, None, __index__ objects that lie,
 unhashable streams, events out of order, resets and a close part-way."""
 import io
+import os
 import sys
 
 import atheris
@@ -48,8 +49,15 @@ def one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
     pool = ascmem.Pool(1 << 22, base=1 << 32)
     dev = ascmem.Device("atlas-inference", memory=64 << 20)
+    # real memory at times (host backend, guard bytes on half of those): the
+    # frees then read and write it, and a paged pool unmaps what it frees
+    backend = ("sim", "host", "host-debug")[fdp.ConsumeIntInRange(0, 2)]
+    if backend == "host-debug":
+        os.environ["ASCMEM_DEBUG"] = "1"
     paged = ascmem.Device("atlas-a2-training", memory=256 << 20, paged=True,
+                          backend=backend.split("-")[0],
                           release_threshold=fdp.ConsumeIntInRange(0, 3) << 21)
+    os.environ.pop("ASCMEM_DEBUG", None)
     pluggable.configure(paged, RAW_INDEX)
     live, dlive, plive, events = [], [], [], []
     for _ in range(fdp.ConsumeIntInRange(0, 40)):
@@ -116,6 +124,10 @@ def one_input(data):
                 paged.synchronize(("s1", "s2", None)[fdp.ConsumeIntInRange(0, 2)])
                 if plive and fdp.ConsumeBool():
                     paged.record_stream(plive[-1], "s2")
+                if plive and backend != "sim" and fdp.ConsumeBool():  # write where it may
+                    view = paged.buffer(plive[-1])
+                    view[0] = view[len(view) - 1] = 7
+                    del view
             elif fdp.ConsumeIntInRange(0, 7) == 0:
                 dev.close()
             else:
@@ -127,6 +139,7 @@ def one_input(data):
     dev.check()
     paged.check()
     pluggable.unconfigure(RAW_INDEX)
+    paged.close()
     s = pool.stats()
     for a in live:
         try:
