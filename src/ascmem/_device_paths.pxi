@@ -179,7 +179,8 @@ cdef _free_slow_body(Device dev, uint64_t addr, unsigned mask, object stream, st
         _raise(ASCM_ERR_BADFREE, _bad_pointer(dev, addr, k, call, mask))
     awake = parts.tags.asleep_tag(addr) is None
     parts.tags.forget(addr)  # the block is no longer the caller's, whenever it is freed
-    _guard(dev, addr)  # until the free below, or the stream's end if it waits (free_held drops it)
+    if stream is not None:  # it may wait for the stream: guarded until then (free_held drops it);
+        _guard(dev, addr)   # blocks record_stream'd or tagged are guarded already
     if parts.guards is not None and not awake:
         parts.guards.overrun(addr, False)  # unmapped: its guard bytes cannot be read, now or later
     if parts.ledger.defer(addr, mask, stream, usable, k):
