@@ -295,11 +295,13 @@ def _a_trace(trace):
     return trace
 
 
-def _a_granule(granule):
-    if isinstance(granule, bool) or not isinstance(granule, int) or granule <= 0 or \
-            granule & (granule - 1):
-        raise InvalidArgumentError(f"granule must be a power of two number of bytes, not {granule!r}")
-    return granule
+def _bytes(value, what, power_of_two=False):
+    """value, if it is a positive number of bytes (and a power of two when asked)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or \
+            (power_of_two and value & (value - 1)):
+        kind = "a power of two number" if power_of_two else "a positive number"
+        raise InvalidArgumentError(f"{what} must be {kind} of bytes, not {value!r}")
+    return value
 
 
 def make_allocator(name, capacity):
@@ -356,10 +358,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     if isinstance(allocator, str):
         if capacity is None:
             raise InvalidArgumentError("replay by allocator name needs a capacity")
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-            raise InvalidArgumentError(f"capacity must be a positive number of bytes, not "
-                                       f"{capacity!r}")
-        allocator = make_allocator(allocator, capacity)
+        allocator = make_allocator(allocator, _bytes(capacity, "capacity"))
     elif not isinstance(allocator, ascmem.Device) and not (
             callable(getattr(allocator, "alloc", None)) and callable(getattr(allocator, "free", None))):
         raise ArgumentTypeError(f"replay needs an allocator name, a Device or an object with "
@@ -486,9 +485,7 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
     """The smallest capacity (a multiple of resolution) in which the trace
     replays with no failure, by bisection.  allocator: a name, or a callable
     capacity -> allocator object."""
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution <= 0:
-        raise InvalidArgumentError(f"resolution must be a positive number of bytes, not "
-                                   f"{resolution!r}")
+    _bytes(resolution, "resolution")
     peak = _a_trace(trace).peak_live()
     lo = max(resolution, peak // resolution * resolution)  # below peak_live nothing fits
     if hi is None:
@@ -514,7 +511,7 @@ def paged_pool(trace, granule=2 << 20, release_threshold=0):
     placement of it needs (at least 64 GiB), mapped in granules."""
     import ascmem
     size = max(64 << 30, 16 * _a_trace(trace).peak_live())
-    _a_granule(granule)
+    _bytes(granule, "granule", power_of_two=True)
     size = (size + granule - 1) // granule * granule
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
 
