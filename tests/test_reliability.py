@@ -784,3 +784,55 @@ def test_29_debug_guard_bytes_on_a_paged_device_with_sleeping_blocks():
         print("ok")
     """)
     assert r.stdout.strip() == "ok"
+
+
+def _referent(obj, type_name):
+    """The object obj refers to whose type is named type_name (private parts
+    a test reaches the way the cycle collector does)."""
+    return next(r for r in gc.get_referents(obj) if type(r).__name__.endswith(type_name))
+
+
+def test_30_what_a_device_gives_back_when_collected_is_out_of_the_collectors_reach():
+    """Found in CI (a segmentation fault at pytest's exit, after every test
+    had passed; one run in ten): an acl Device in a reference cycle was
+    collected, and the collector had already emptied its upstream's list of
+    chunks -- a list only the upstream refers to, so it was garbage too --
+    when the Device's deallocation gave them back, indexing it by kind.  With
+    another order the chunks leaked instead; the paged acl mapper's handles,
+    a dict of tuples, could be emptied the same way (physical memory leaked).
+    These containers are now never tracked by the collector."""
+    acl = fake_acl.make()
+    devices = [ascmem.Device("atlas-training"),
+               ascmem.Device("atlas-inference", backend="host", host_memory=4 << 20),
+               ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True)]
+    devices[2].malloc(8 * MiB)  # granules mapped: handles held
+    for d in devices:
+        up = _referent(_referent(d, "_DeviceParts"), "Upstream")
+        lists = [r for r in gc.get_referents(up) if type(r) is list]
+        assert up.held in lists and len(lists) == 2  # held and the host quarantine
+        for held in lists + up.held:
+            assert not gc.is_tracked(held)
+    mapper = _referent(_referent(devices[2], "_DeviceParts"), "_AclMapper")
+    dicts = [r for r in gc.get_referents(mapper) if type(r) is dict]
+    assert dicts and not any(gc.is_tracked(x) for x in dicts)
+    # in a cycle, the collector's order whatever: everything goes back
+    d = devices.pop()
+    d.on_out_of_memory(d.check)
+    del devices, d, mapper, up, lists, held  # the last upstream too
+    gc.collect()
+    assert not acl.live and not acl.physical and not acl.mapped and not acl.reserved
+
+    # the crash itself, with the list emptied as the collector emptied it:
+    # what the list held is lost, but nothing indexes past its end
+    r = run_child("""
+        import gc
+        import ascmem
+        d = ascmem.Device("atlas-training")
+        parts = next(r for r in gc.get_referents(d) if type(r).__name__ == "_DeviceParts")
+        up = next(r for r in gc.get_referents(parts) if type(r).__name__.endswith("Upstream"))
+        up.held.clear()
+        del d, parts
+        up.close()
+        print("ok")
+    """)
+    assert r.stdout.strip() == "ok"

@@ -95,7 +95,12 @@ cdef class _AclMapper:
     per mapped piece (a granule; a whole 1 GB page for the 1 GiB kind)."""
     cdef _MapQueue queue
     cdef object acl
-    cdef dict handles            # piece address -> (physical memory handle, bytes)
+    # piece address -> physical memory handle, and -> its bytes: integers
+    # only, so that CPython never tracks the dicts and the cycle collector
+    # cannot empty them before __dealloc__ frees the handles (a dict of
+    # tuples is tracked; see _uncollectable_list)
+    cdef dict handles
+    cdef dict piece_bytes
     cdef readonly object error   # what the runtime last refused
     cdef object lock             # held from a pool call that may queue to its apply
     cdef readonly uint64_t granule  # bytes a piece of the huge and normal kinds maps (_acl_granule)
@@ -107,6 +112,7 @@ cdef class _AclMapper:
                   int device_id=0):
         self.acl = acl_module
         self.handles = {}
+        self.piece_bytes = {}
         self.lock = threading.RLock()
         self.granule = granule
         self.held = held if held is not None else []
@@ -158,16 +164,16 @@ cdef class _AclMapper:
             rt.free_physical(handle)
             self.error = f"acl.rt.map_mem returned {ret}"
             return False
-        self.handles[g] = (handle, piece)
+        self.handles[g] = handle
+        self.piece_bytes[g] = piece
         self.mapped_bytes += piece
         return True
 
     cdef _unmap(self, uint64_t g):
-        held = self.handles.pop(g, None)
-        if held is None:  # its map was refused
+        handle = self.handles.pop(g, None)
+        if handle is None:  # its map was refused
             return
-        handle, piece = held
-        self.mapped_bytes -= piece
+        self.mapped_bytes -= self.piece_bytes.pop(g)
         rt = self.acl.rt
         rt.unmap_mem(g)
         rt.free_physical(handle)

@@ -89,8 +89,8 @@ cdef class Device(_DeviceReadout):
 
     def __dealloc__(self):
         # In a reference cycle the collector may have cleared _parts (None)
-        # before this runs; the upstream then gave its chunks back when it
-        # was collected.
+        # before this runs; the parts then gave the chunks back when they
+        # were collected.
         cdef _DeviceParts parts = self._parts
         cdef ascm_pool *p
         if self._d is not NULL:
@@ -105,7 +105,7 @@ cdef class Device(_DeviceReadout):
             self._d = NULL
         if parts is not None:
             try:
-                parts.up.close()
+                parts.give_back()
             except Exception:
                 pass
 

@@ -132,6 +132,24 @@ cdef class _DeviceParts:
         self.warned = set()
         self.aicpu = aicpu
 
+    cdef give_back(self):
+        """Everything the device holds upstream, when it is collected: the
+        mapped granules before the reserved ranges under them -- unmap, free
+        the physical memory, then release the range, the order of hicann/runtime
+        docs/zh/api_ref/11-04_virtual_memory_management.md lines 241-247 (the
+        stand-in refuses a release with mappings left, as the runtime may)."""
+        if self.mapper is not None:
+            self.mapper.release_all()
+        self.up.close()
+
+    def __dealloc__(self):
+        # the Device's deallocation gives everything back; this is for a Device
+        # whose fields the collector cleared first (in a reference cycle)
+        try:
+            self.give_back()
+        except BaseException:  # nothing may escape a destructor
+            pass
+
     def map_lock(self):
         """The lock a call that may queue map runs holds (a no-op context
         without a mapper)."""

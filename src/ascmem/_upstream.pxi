@@ -47,6 +47,24 @@ _OS_PAGES = {ASCM_OS_NORMAL: "normal pages", ASCM_OS_THP: "transparent huge page
              ASCM_OS_HUGETLB: "explicit huge pages (MAP_HUGETLB)"}
 
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object o)
+
+
+cdef list _uncollectable_list():
+    """An empty list the cycle collector does not track.  The collector
+    clears every container it finds unreachable, in an order of its own:
+    a Device in a cycle could find its upstream's record of chunks emptied
+    by the time the upstream gave them back -- a segmentation fault (the
+    record indexed by kind) or leaked chunks.  A list CPython does not
+    track is never cleared, and a list stays untracked when items are added
+    (only dicts track themselves again).  What these lists hold -- tuples of
+    integers -- cannot be part of a cycle."""
+    cdef list l = []
+    PyObject_GC_UnTrack(l)
+    return l
+
+
 class UpstreamError(AscmemError):
     """The upstream (the OS, the Ascend runtime) refused a chunk; ``code`` is
     the runtime's."""
@@ -63,8 +81,9 @@ cdef class _Upstream:
     subclass's fields before the base's __dealloc__ runs).  The garbage
     collector may not clear them either (no_gc_clear): collecting a Device
     in a cycle collects everything only it reaches, this included, and a
-    cleared list of chunks would leak them.  Nothing here refers back to a
-    Device, so no cycle runs through an upstream."""
+    cleared list of chunks would leak them.  Nor the lists themselves: they
+    are not tracked by the collector (_uncollectable_list).  Nothing here
+    refers back to a Device, so no cycle runs through an upstream."""
     cdef readonly list held      # per kind: [(base, size), ...]
     cdef readonly str name
     cdef readonly bint readable  # the host can read and write the memory
@@ -76,11 +95,13 @@ cdef class _Upstream:
     cdef public frozenset paged_kinds  # kinds whose chunks are mapped in granules by the pools
 
     def __cinit__(self, *args, **kwargs):
-        self.held = [[] for _ in range(ASCM_KINDS)]
+        self.held = _uncollectable_list()
+        for _ in range(ASCM_KINDS):
+            self.held.append(_uncollectable_list())
         self.name = "sim"
         self.readable = False
         self.pages = {}
-        self._quarantine = []
+        self._quarantine = _uncollectable_list()
         self.paged_kinds = frozenset()
 
     def first_chunks(self, sizes):
@@ -132,9 +153,9 @@ cdef class _Upstream:
 
     def close(self):
         """Gives every chunk back; idempotent."""
-        for k in range(ASCM_KINDS):
-            while self.held[k]:
-                base, size = self.held[k].pop()
+        for k, ranges in enumerate(self.held):  # not indexed: never past its end
+            while ranges:
+                base, size = ranges.pop()
                 self._release(k, base, size)
 
     def _release(self, int k, uint64_t base, uint64_t size):
