@@ -836,3 +836,31 @@ def test_30_what_a_device_gives_back_when_collected_is_out_of_the_collectors_rea
         print("ok")
     """)
     assert r.stdout.strip() == "ok"
+
+
+def test_31_a_view_keeps_its_device_memory_mapped():
+    """Found by probing (eleventh session): a host Device dropped without
+    close() while a view of one of its blocks lived -- a memoryview from
+    buffer(), a numpy array from as_array() -- gave its chunks back to the OS
+    at its deallocation, and the next write through the view was a
+    segmentation fault.  A view now holds its Device; the memory goes back
+    when the last view does."""
+    r = run_child("""
+        import gc
+        import ascmem
+        maps = lambda: {int(line.split("-")[0], 16) for line in open("/proc/self/maps")}
+        for make in ("buffer", "as_array"):
+            d = ascmem.Device("atlas-inference", backend="host", host_memory=4 << 20)
+            a = d.malloc_host(1 << 20)
+            base = d.range_of(ascmem.MemKind.HOST)[0]
+            v = d.buffer(a) if make == "buffer" else d.as_array(a, (1 << 20,))
+            del d
+            gc.collect()
+            v[0] = v[(1 << 20) - 1] = 9      # the device's memory is still there
+            assert v[0] == 9 and base in maps()
+            del v
+            gc.collect()
+            assert base not in maps()        # and goes back with the last view
+        print("ok")
+    """)
+    assert r.stdout.strip() == "ok"

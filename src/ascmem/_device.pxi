@@ -296,7 +296,7 @@ cdef class Device(_DeviceReadout):
         if n == 0 or n > usable:
             raise InvalidArgumentError(f"nbytes {n} does not fit the block's {usable} bytes")
         _guard(self, a)  # viewed once, freed here only
-        return memoryview(_make_block_buffer(parts.views, a, n))
+        return memoryview(_make_block_buffer(self, parts.views, a, n))
 
     def as_array(self, ptr, shape, dtype="uint8"):
         """A numpy array on a live block's memory (no copy); the array counts

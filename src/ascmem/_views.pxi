@@ -37,22 +37,27 @@ cdef class _ViewRegistry:
 cdef object _BUFFER_TOKEN = object()
 
 
-cdef _BlockBuffer _make_block_buffer(_ViewRegistry views, uint64_t addr, uint64_t nbytes):
-    return _BlockBuffer(_BUFFER_TOKEN, views, addr, nbytes)
+cdef _BlockBuffer _make_block_buffer(object device, _ViewRegistry views, uint64_t addr,
+                                     uint64_t nbytes):
+    return _BlockBuffer(_BUFFER_TOKEN, device, views, addr, nbytes)
 
 
 @cython.final
 cdef class _BlockBuffer:
     """Exports a live block of a host-backend Device through the buffer
     protocol, counting exports so that the block cannot be freed under them.
-    Made by Device.buffer() only."""
+    Made by Device.buffer() only.  It holds its Device: a Device dropped
+    without close() gives its memory back when it is deallocated, and a view
+    (or a numpy array on one) written after that was a segmentation fault."""
+    cdef object device
     cdef _ViewRegistry views
     cdef uint64_t addr, nbytes
     cdef Py_ssize_t shape[1]
 
-    def __cinit__(self, token, _ViewRegistry views, uint64_t addr, uint64_t nbytes):
+    def __cinit__(self, token, device, _ViewRegistry views, uint64_t addr, uint64_t nbytes):
         if token is not _BUFFER_TOKEN:
             raise TypeError("block buffers are made by Device.buffer(), not directly")
+        self.device = device
         self.views = views
         self.addr = addr
         self.nbytes = nbytes
