@@ -88,6 +88,11 @@ def test_views_need_a_live_block_and_a_host_backend(host):
         host.buffer(p)
     with pytest.raises(ascmem.UnsupportedError):
         ascmem.Device().buffer(ascmem.Device().malloc(10))
+    q = host.malloc(4096)
+    for dtype in ("object", [("a", "O"), ("b", "u8")]):  # numpy's bare ValueError before
+        with pytest.raises(ascmem.InvalidArgumentError, match="Python objects"):
+            host.as_array(q, 2, dtype)
+    host.free(q)  # no view is left behind
 
 
 def test_empty_cache_really_lowers_resident_memory(host):

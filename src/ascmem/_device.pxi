@@ -307,6 +307,9 @@ cdef class Device(_DeviceReadout):
             shape = (shape,) if isinstance(shape, int) else tuple(int(operator.index(s)) for s in shape)
         except TypeError as e:
             raise ArgumentTypeError(f"as_array: {e}") from None
+        if dt.hasobject:  # numpy cannot put Python objects in raw memory (its bare ValueError)
+            raise InvalidArgumentError(f"as_array: dtype {dt} holds Python objects; device memory "
+                                       f"holds plain data")
         count = 1
         for s in shape:
             if s < 0:
