@@ -1,5 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False, embedsignature=True, embedsignature.format=clinic
 """Bindings of the C core: Pool, BuddyAllocator, and the error mapping."""
+# binding=False: methods are CPython method descriptors, not Cython function
+# objects, so a call takes CPython's own specialised path (3.11's adaptive
+# interpreter has one for method descriptors, none for Cython's functions):
+# a Python alloc + free pair is about 175 instructions shorter at every size,
+# the floor's (NoopPool) as much (BENCHMARKS.md, eleventh session).  The
+# clinic-format signature in each docstring keeps inspect.signature() working.
 
 cimport cython
 from cpython.long cimport PyLong_Check, PyLong_CheckExact
