@@ -5,7 +5,7 @@ can be compared on a shared machine where the timed ratios of
 `ascmem bench` move by a tenth from run to run.  Instructions are not time
 (an atomic exchange or a cache miss counts as one): quote both.
 
-    python benchmarks/python_instructions.py [--pairs N]
+    python benchmarks/python_instructions.py [--pairs N] [--in-function]
 
 Each figure is (count with N pairs - count with none) / N, the interpreter's
 start-up and the loop's set-up cancelling out.
@@ -29,8 +29,12 @@ MAKE = {
 }
 
 
-def instructions(peer, size, pairs):
-    code = f"{MAKE[peer]}\nn = {size}\nfor _ in range({pairs}):\n    {LOOPS[peer]}\n"
+def instructions(peer, size, pairs, in_function=False):
+    if in_function:  # local variables, as timeit's loop (and most callers) have them
+        code = (f"{MAKE[peer]}\ndef run(a, n):\n    for _ in range({pairs}):\n"
+                f"        {LOOPS[peer]}\nrun(a, {size})\n")
+    else:
+        code = f"{MAKE[peer]}\nn = {size}\nfor _ in range({pairs}):\n    {LOOPS[peer]}\n"
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
                           "--cachegrind-out-file=/dev/null", sys.executable, "-c", code],
                          capture_output=True, text=True, check=True).stderr
@@ -40,6 +44,8 @@ def instructions(peer, size, pairs):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=20000)
+    ap.add_argument("--in-function", action="store_true",
+                    help="loop in a function (local names) instead of at module level")
     args = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         print("needs valgrind")
@@ -47,7 +53,8 @@ def main(argv=None):
     print(f"{'size':>10s} {'floor':>8s} {'Pool':>8s} {'Device':>8s} {'Pool/floor':>11s} "
           f"{'Device/Pool':>12s}")
     for size in SIZES:
-        per = {peer: (instructions(peer, size, args.pairs) - instructions(peer, size, 0)) / args.pairs
+        per = {peer: (instructions(peer, size, args.pairs, args.in_function) -
+                      instructions(peer, size, 0, args.in_function)) / args.pairs
                for peer in LOOPS}
         print(f"{size:>10d} {per['floor']:8.0f} {per['pool']:8.0f} {per['device']:8.0f} "
               f"{per['pool'] / per['floor']:11.3f} {per['device'] / per['pool']:12.3f}")
