@@ -864,3 +864,20 @@ def test_31_a_view_keeps_its_device_memory_mapped():
         print("ok")
     """)
     assert r.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("drop", ["del", "cycle"])
+def test_32_a_device_collected_without_close_destroys_its_stream_events(drop):
+    """Found by probing (eleventh session): close() destroys the runtime
+    events of frees still waiting on a stream, but a Device collected
+    without close() left them to the runtime (aclrtDestroyEvent was never
+    called).  Its parts now do what close() does when they are collected."""
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl)
+    d.free(d.malloc(1000), stream=0x77)  # waits for an event on the stream
+    assert acl.events
+    if drop == "cycle":
+        d.on_out_of_memory(d.check)
+    del d
+    gc.collect()
+    assert not acl.events and not acl.live
