@@ -881,3 +881,41 @@ def test_32_a_device_collected_without_close_destroys_its_stream_events(drop):
     del d
     gc.collect()
     assert not acl.events and not acl.live
+
+
+@pytest.mark.parametrize("call", ["rt.malloc_physical", "rt.map_mem", "rt.unmap_mem"])
+def test_33_a_runtime_call_that_raises_is_a_refusal(call):
+    """Found by probing (eleventh session): on a paged acl device, pyACL
+    raising (a MemoryError, say) instead of returning a code in the middle
+    of the map runs left the granules the pools counted as mapped and the
+    runtime's handles apart, and check() reported corruption.  A raise is
+    now a refusal like a failure code: the allocation (or wake) is undone and
+    raises OutOfMemoryError; an unmap that raises forgets the granule."""
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True)
+    kv = [d.malloc(3 * MiB, tag="kv") for _ in range(4)]
+    d.sleep("kv")
+    calls = [0]
+
+    def fail(name, arg):
+        if name == call:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise MemoryError("injected")
+        return 0
+    acl.fail = fail
+    for step in (lambda: d.malloc(9 * MiB), lambda: d.wake("kv"),
+                 lambda: d.free(d.malloc(9 * MiB))):
+        try:
+            step()
+        except ascmem.OutOfMemoryError as e:
+            assert "MemoryError" in str(e) or "refused" in str(e)
+        d.check()
+    acl.fail = None
+    try:
+        d.wake("kv")  # if the injected raise kept it asleep, it wakes now
+    except ascmem.InvalidArgumentError:
+        pass          # awake already
+    for a in kv:
+        d.free(a)
+    d.check()

@@ -153,16 +153,30 @@ cdef class _AclMapper:
                     ok = False  # the rest of the block's granules stay unmapped
         return ok
 
+    # A runtime call that raises (pyACL's MemoryError, a stand-in's bug) is a
+    # refusal like a failure code: every queued run is still applied, so the
+    # pools' count of mapped granules and the handles agree, and the caller
+    # undoes the allocation as for a refused map (found by probing: check()
+    # reported corruption after such a raise).  KeyboardInterrupt and
+    # SystemExit go through as they come.
+
     cdef bint _map(self, uint64_t g, uint64_t piece, int mem_attr) except -1:
         rt = self.acl.rt
-        handle, ret = rt.malloc_physical(piece, _physical_prop(mem_attr, self.device_id), 0)
+        try:
+            handle, ret = rt.malloc_physical(piece, _physical_prop(mem_attr, self.device_id), 0)
+        except Exception as e:
+            self.error = f"acl.rt.malloc_physical raised {e!r}"
+            return False
         if ret != 0:
             self.error = f"acl.rt.malloc_physical returned {ret}"
             return False
-        ret = rt.map_mem(g, piece, 0, handle, 0)
+        try:
+            ret = rt.map_mem(g, piece, 0, handle, 0)
+        except Exception as e:
+            ret = e
         if ret != 0:
             rt.free_physical(handle)
-            self.error = f"acl.rt.map_mem returned {ret}"
+            self.error = f"acl.rt.map_mem {'raised' if isinstance(ret, Exception) else 'returned'} {ret!r}"
             return False
         self.handles[g] = handle
         self.piece_bytes[g] = piece
@@ -175,8 +189,11 @@ cdef class _AclMapper:
             return
         self.mapped_bytes -= self.piece_bytes.pop(g)
         rt = self.acl.rt
-        rt.unmap_mem(g)
-        rt.free_physical(handle)
+        try:  # forgotten either way: the granule is the pool's free space again
+            rt.unmap_mem(g)
+            rt.free_physical(handle)
+        except Exception as e:
+            self.error = f"unmapping {g:#x} raised {e!r}"
 
     cdef bytes to_host(self, uint64_t addr, uint64_t n):
         """n bytes of device memory at addr, copied to the host
