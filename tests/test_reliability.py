@@ -919,3 +919,44 @@ def test_33_a_runtime_call_that_raises_is_a_refusal(call):
     for a in kv:
         d.free(a)
     d.check()
+
+
+def _raise_once(ns, name):
+    """Makes the stand-in's ns.name raise (as pyACL might, instead of
+    returning a code) on its next call only."""
+    orig = getattr(ns, name)
+
+    def raising(*args):
+        setattr(ns, name, orig)
+        raise MemoryError("injected")
+    setattr(ns, name, raising)
+
+
+@pytest.mark.parametrize("call", ["rt.free", "media.dvpp_free"])
+def test_34_a_chunk_free_that_raises_is_a_refused_free(call):
+    """Found by probing (eleventh session): pyACL raising in the free of a
+    chunk given back (empty_cache, reset) left the growth accounting wrong
+    (check() raised CorruptionError).  It is now what a failure code is: a
+    ResourceWarning, and the chunk is the runtime's problem."""
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl,
+                      pool_sizes={"normal": (64 * MiB, 512 * MiB)})
+    d.free(d.malloc(100 * MiB, Policy.NORMAL_ONLY))  # a second chunk, idle now
+    ns, name = call.split(".")
+    _raise_once(getattr(acl, ns), name)
+    with pytest.warns(ResourceWarning, match="injected"):
+        d.empty_cache() if call == "rt.free" else d.reset()
+    d.check()
+    d.free(d.malloc(100 * MiB, Policy.NORMAL_ONLY))
+    d.check()
+
+
+def test_34_an_event_call_that_raises_leaks_no_event():
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl)
+    _raise_once(acl.rt, "record_event")
+    d.free(d.malloc(1000), stream=0x77)  # no event: the free waits for a synchronize
+    assert not acl.events
+    d.synchronize(0x77)
+    d.check()
+    assert d.stats()["normal"]["live_count"] == 0
