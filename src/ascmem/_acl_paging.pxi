@@ -175,7 +175,10 @@ cdef class _AclMapper:
         except Exception as e:
             ret = e
         if ret != 0:
-            rt.free_physical(handle)
+            try:
+                rt.free_physical(handle)
+            except Exception:  # the refusal below is what the caller needs to know
+                pass
             self.error = f"acl.rt.map_mem {'raised' if isinstance(ret, Exception) else 'returned'} {ret!r}"
             return False
         self.handles[g] = handle

@@ -144,9 +144,11 @@ cdef class _DeviceParts:
             self.ledger.drop_events()
         except Exception:  # in a cycle the collector may have emptied the ledger first
             pass
-        if self.mapper is not None:
-            self.mapper.release_all()
-        self.up.close()
+        try:  # each step whatever the one before did: what one leaves, the next still frees
+            if self.mapper is not None:
+                self.mapper.release_all()
+        finally:
+            self.up.close()
 
     def __dealloc__(self):
         # the Device's deallocation gives everything back; this is for a Device
