@@ -19,6 +19,29 @@ EXPECTED = (ascmem.AscmemError,)
 # blocks behind the Python layer's back: refused for the blocks it tracks
 import ascmem.pluggable as pluggable  # noqa: E402
 
+# the acl backend on the tests' recording stand-in, whose calls may raise
+# (as pyACL might, instead of returning a code): a raise is a refusal
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import fake_acl  # noqa: E402
+
+RAISING = ("malloc_physical", "map_mem", "unmap_mem", "free_physical", "memcpy", "malloc",
+           "free", "create_event", "record_event", "destroy_event", "release_mem_address")
+
+
+def raising_acl(fdp):
+    """The stand-in, one of whose runtime calls raises on its n-th call."""
+    acl = fake_acl.make()
+    name, nth = RAISING[fdp.ConsumeIntInRange(0, len(RAISING) - 1)], fdp.ConsumeIntInRange(1, 8)
+    orig, calls = getattr(acl.rt, name), [0]
+
+    def call(*args):
+        calls[0] += 1
+        if calls[0] == nth:
+            raise MemoryError(f"injected in rt.{name}")
+        return orig(*args)
+    setattr(acl.rt, name, call)
+    return acl
+
 RAW = pluggable.functions()
 RAW_INDEX = 7
 
@@ -51,14 +74,17 @@ def one_input(data):
     dev = ascmem.Device("atlas-inference", memory=64 << 20)
     # real memory at times (host backend, guard bytes on half of those): the
     # frees then read and write it, and a paged pool unmaps what it frees
-    backend = ("sim", "host", "host-debug")[fdp.ConsumeIntInRange(0, 2)]
+    backend = ("sim", "host", "host-debug", "acl")[fdp.ConsumeIntInRange(0, 3)]
     if backend == "host-debug":
         os.environ["ASCMEM_DEBUG"] = "1"
     paged = ascmem.Device("atlas-a2-training", memory=256 << 20, paged=True,
                           backend=backend.split("-")[0],
+                          acl_module=raising_acl(fdp) if backend == "acl" else None,
                           release_threshold=fdp.ConsumeIntInRange(0, 3) << 21)
     os.environ.pop("ASCMEM_DEBUG", None)
-    pluggable.configure(paged, RAW_INDEX)
+    raw = backend != "acl"  # an acl paged device maps through pyACL: no GIL-free calls
+    if raw:
+        pluggable.configure(paged, RAW_INDEX)
     live, dlive, plive, events = [], [], [], []
     for _ in range(fdp.ConsumeIntInRange(0, 40)):
         op = fdp.ConsumeIntInRange(0, 19)
@@ -110,7 +136,7 @@ def one_input(data):
             elif op == 17 and plive:  # freed by Python (on a stream at times) or by the raw path
                 a = plive.pop(fdp.ConsumeIntInRange(0, len(plive) - 1))
                 how = fdp.ConsumeIntInRange(0, 3)
-                if how == 3:
+                if how == 3 and raw:
                     RAW[pluggable.FREE](a, 0, RAW_INDEX, None)
                 else:
                     paged.free(a, stream=(None, "s1", "s2")[how])
@@ -124,7 +150,7 @@ def one_input(data):
                 paged.synchronize(("s1", "s2", None)[fdp.ConsumeIntInRange(0, 2)])
                 if plive and fdp.ConsumeBool():
                     paged.record_stream(plive[-1], "s2")
-                if plive and backend != "sim" and fdp.ConsumeBool():  # write where it may
+                if plive and backend in ("host", "host-debug") and fdp.ConsumeBool():  # write where it may
                     view = paged.buffer(plive[-1])
                     view[0] = view[len(view) - 1] = 7
                     del view
@@ -138,7 +164,8 @@ def one_input(data):
     pool.check()
     dev.check()
     paged.check()
-    pluggable.unconfigure(RAW_INDEX)
+    if raw:
+        pluggable.unconfigure(RAW_INDEX)
     paged.close()
     s = pool.stats()
     for a in live:

@@ -960,3 +960,35 @@ def test_34_an_event_call_that_raises_leaks_no_event():
     d.synchronize(0x77)
     d.check()
     assert d.stats()["normal"]["live_count"] == 0
+
+
+@pytest.mark.parametrize("threshold", [0, 4 * MiB, 64 * MiB])
+@pytest.mark.parametrize("refused", [1, 3, 5])
+def test_35_granules_the_runtime_refused_are_never_kept_as_mapped(threshold, refused):
+    """Found by the Python fuzzer once it had the acl stand-in (eleventh
+    session): on a paged acl device with a release threshold, an allocation
+    whose physical memory the runtime refused was undone by a free that kept
+    the block's granules as mapped -- those never mapped among them -- and
+    the next block placed there was handed out over unmapped device memory
+    (check() said so too).  Now every kept granule is unmapped on that path."""
+    G = 2 * MiB
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True,
+                      release_threshold=threshold)
+    d.malloc(3 * MiB)
+    calls = [0]
+
+    def fail(name, size):
+        if name == "rt.malloc_physical":
+            calls[0] += 1
+            if calls[0] == refused:
+                return 207001
+        return 0
+    acl.fail = fail
+    with pytest.raises(ascmem.OutOfMemoryError, match="refused physical memory"):
+        d.malloc(14 * MiB)
+    d.check()
+    acl.fail = None
+    b = d.malloc(14 * MiB)
+    assert all(g in acl.mapped for g in range(b - b % G, b + 14 * MiB, G))
+    d.check()

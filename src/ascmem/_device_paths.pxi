@@ -37,6 +37,7 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
     out-of-memory error); guard bytes in debug mode; the tag."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef uint64_t want, n = as_u64(size, "size")
+    cdef ascm_pool *p
     cdef uint32_t pol = _policy(policy)
     if tag is not None:
         _check_tag(tag)
@@ -64,7 +65,15 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
         addr = _alloc_slow(dev, st, want, pol, mode, kind,
                            policy if mode <= ASCM_SIZE_ALIGN32 else None, call)
     if not parts.apply_maps():  # acl, paged: the runtime refused physical memory
+        p = ascm_device_pool_at(dev._d, addr, NULL)
         ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
+        # A release threshold would keep the freed block's granules as mapped,
+        # those the runtime refused among them, and the next block placed
+        # there would be used unmapped (found by the Python fuzzer): every
+        # kept granule of the pool goes instead (the mapper skips the ones it
+        # never mapped).  The mapper's lock, held here, keeps other callers out.
+        if p is not NULL:
+            ascm_pool_trim(p)
         parts.apply_maps()
         raise OutOfMemoryError(f"{call}({n}): the runtime refused physical memory for the "
                                f"block's granules ({parts.mapper.error}); nothing stays mapped")
