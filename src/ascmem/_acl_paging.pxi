@@ -105,26 +105,16 @@ cdef class _AclMapper:
     cdef object lock             # held from a pool call that may queue to its apply
     cdef readonly uint64_t granule  # bytes a piece of the huge and normal kinds maps (_acl_granule)
     cdef readonly uint64_t mapped_bytes  # what the handles hold
-    cdef list held               # the upstream's reserved ranges per kind: [(base, size), ...]
+    cdef ascm_device *d          # the C device, once made (Device.__init__): whose kind a run is
     cdef int device_id
 
-    def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE, list held=None,
-                  int device_id=0):
+    def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE, int device_id=0):
         self.acl = acl_module
         self.handles = {}
         self.piece_bytes = {}
         self.lock = threading.RLock()
         self.granule = granule
-        self.held = held if held is not None else []
         self.device_id = device_id
-
-    cdef int kind_at(self, uint64_t addr):
-        """The kind whose reserved range holds addr (-1: none)."""
-        for k, ranges in enumerate(self.held):
-            for base, size in ranges:
-                if base <= addr < base + size:
-                    return k
-        return -1
 
     cdef after_fork(self):
         self.lock = threading.RLock()
@@ -144,7 +134,7 @@ cdef class _AclMapper:
                 for i in range(self.queue.n)]
         self.queue.n = 0
         for addr, size, map in reqs:
-            kind = self.kind_at(addr)
+            kind = ascm_device_kind_of(self.d, addr) if self.d is not NULL else -1
             piece = _ACL_GRANULE_1G if kind == ASCM_KIND_HUGE1G else self.granule
             for g in range(addr, addr + size, piece):
                 if not map:

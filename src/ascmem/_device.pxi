@@ -85,6 +85,8 @@ cdef class Device(_DeviceReadout):
         if ascm_device_create(&cfg, &self._d) != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
         parts.growth.bind(self._d)
+        if parts.mapper is not None:
+            parts.mapper.d = self._d
         _live_devices.add(self)
 
     def __dealloc__(self):
@@ -101,6 +103,8 @@ cdef class Device(_DeviceReadout):
                     p = ascm_device_chunk(self._d, k, i, NULL, NULL)
                     if p is not NULL and warn:
                         _warn_leaks(f"Device {self.device_id}", p, MemKind(k).name)
+            if parts is not None and parts.mapper is not None:
+                parts.mapper.d = NULL  # what the mapper still does (release_all) needs no kind
             ascm_device_destroy(self._d)
             self._d = NULL
         if parts is not None:
@@ -518,7 +522,7 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
             raise UnsupportedError("paged=True on the acl backend: give fixed pool sizes (a paged "
                                    "range has no need to grow)")
         parts.mapper = _AclMapper(parts.up.acl, _acl_granule(parts.up.acl, dev.device_id),
-                                  parts.up.held, dev.device_id)
+                                  dev.device_id)
         g = parts.mapper.granule
         for k in range(ASCM_KINDS):  # a reserved range holds whole granules of the runtime's
             if ascm_kind(k).freed_by == ASCM_FREE_DEVICE and parts.growth.size[k]:
