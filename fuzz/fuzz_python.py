@@ -139,7 +139,7 @@ def one_input(data):
                 if how == 3 and raw:
                     RAW[pluggable.FREE](a, 0, RAW_INDEX, None)
                 else:
-                    paged.free(a, stream=(None, "s1", "s2")[how])
+                    paged.free(a, stream=(None, "s1", "s2", None)[how])  # 3: acl, no raw path
             elif op == 18:
                 tag = ("kv", "w", {})[fdp.ConsumeIntInRange(0, 2)]
                 if fdp.ConsumeBool():
