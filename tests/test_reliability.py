@@ -921,6 +921,37 @@ def test_33_a_runtime_call_that_raises_is_a_refusal(call):
     d.check()
 
 
+@pytest.mark.parametrize("step", ["sleep", "wake"])
+def test_36_a_copy_that_raises_is_a_refused_copy(step):
+    """Found by the Python fuzzer (twelfth session): aclrtMemcpy raising
+    (instead of returning a code) while sleep(keep=True) saved a tag or
+    wake put it back escaped as the bare exception.  It is now the
+    OutOfMemoryError a failure code gives, naming the exception, and the
+    tag stays as it was: awake after a refused sleep, asleep with its
+    contents kept after a refused wake (a later wake restores them)."""
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True)
+    kv = [d.malloc(3 * MiB, tag="kv") for _ in range(2)]
+    for i, a in enumerate(kv):
+        src = ctypes.create_string_buffer(bytes([i + 1]) * 64, 64)
+        assert acl.rt.memcpy(a, 64, ctypes.addressof(src), 64, 1) == 0
+    if step == "wake":
+        d.sleep("kv")
+    _raise_once(acl.rt, "memcpy")
+    with pytest.raises(ascmem.OutOfMemoryError, match="MemoryError"):
+        d.sleep("kv") if step == "sleep" else d.wake("kv")
+    d.check()
+    if step == "sleep":
+        d.sleep("kv")  # nothing was given back: it can go to sleep now
+    d.wake("kv")
+    for i, a in enumerate(kv):
+        back = ctypes.create_string_buffer(64)
+        assert acl.rt.memcpy(ctypes.addressof(back), 64, a, 64, 2) == 0
+        assert back.raw == bytes([i + 1]) * 64
+        d.free(a)
+    d.check()
+
+
 def _raise_once(ns, name):
     """Makes the stand-in's ns.name raise (as pyACL might, instead of
     returning a code) on its next call only."""

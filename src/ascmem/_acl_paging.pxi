@@ -192,7 +192,10 @@ cdef class _AclMapper:
         """n bytes of device memory at addr, copied to the host
         (aclrtMemcpy, ACL_MEMCPY_DEVICE_TO_HOST = 2)."""
         buf = ctypes.create_string_buffer(n)
-        ret = self.acl.rt.memcpy(ctypes.addressof(buf), n, addr, n, 2)
+        try:
+            ret = self.acl.rt.memcpy(ctypes.addressof(buf), n, addr, n, 2)
+        except Exception as e:  # a raise is a refusal, as for the map calls
+            ret = repr(e)
         if ret != 0:
             raise OutOfMemoryError(f"sleep(keep=True): copying {n} bytes at {addr:#x} to the host "
                                    f"failed (acl.rt.memcpy returned {ret}); nothing was given back")
@@ -202,7 +205,10 @@ cdef class _AclMapper:
         """data copied to device memory at addr (ACL_MEMCPY_HOST_TO_DEVICE = 1)."""
         cdef uint64_t n = len(data)
         buf = ctypes.create_string_buffer(data, n)
-        ret = self.acl.rt.memcpy(addr, n, ctypes.addressof(buf), n, 1)
+        try:
+            ret = self.acl.rt.memcpy(addr, n, ctypes.addressof(buf), n, 1)
+        except Exception as e:
+            ret = repr(e)
         if ret != 0:
             raise OutOfMemoryError(f"wake: copying {n} bytes back to {addr:#x} failed "
                                    f"(acl.rt.memcpy returned {ret}); the tag stays asleep")
