@@ -791,6 +791,7 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
 
 void ascm_device_budget(ascm_device *d, ascm_budget *out) {
     ascm_lock_acquire(&d->lock);
+    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
     *out = d->b;
     ascm_lock_release(&d->lock);
 }
@@ -803,6 +804,7 @@ void ascm_device_budget(ascm_device *d, ascm_budget *out) {
 void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
     uint64_t bytes = 0;
     ascm_lock_acquire(&d->lock);
+    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
     for (int k = 0; k < ASCM_KINDS; k++) {
         chunk_table *t = ascm_kind(k)->huge ? table_of(d, k) : NULL;
         for (uint32_t i = 0; t && i < t->n; i++) {
@@ -817,6 +819,7 @@ void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
 
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
     ascm_lock_acquire(&d->lock);
+    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
     uint64_t old = d->b.fixed;
     d->b.fixed += (uint64_t)delta;
     int ok = delta <= 0 || fits(&d->b, d->b.huge_used, d->b.normal_used);
@@ -827,6 +830,7 @@ int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
 
 int ascm_device_set_limit(ascm_device *d, uint64_t limit) {
     ascm_lock_acquire(&d->lock);
+    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
     d->b.limit = limit;
     ascm_lock_release(&d->lock);
     return ASCM_OK;
@@ -839,6 +843,7 @@ void ascm_device_reset_peaks(ascm_device *d) {
         d->retired_totals[k].peak_used = d->retired_totals[k].peak_requested = 0;
     }
     ascm_lock_acquire(&d->lock);
+    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
     d->b.peak_huge = d->b.huge_used;
     d->b.peak_normal = d->b.normal_used;
     ascm_lock_release(&d->lock);

@@ -63,7 +63,14 @@ int ascm_fail(char *msg, size_t msglen, const char *fmt, ...);
 
 /* ---- lock: a spinlock, since every critical section is tens of ns -------- */
 
-typedef struct { atomic_int held; } ascm_lock;
+struct ascm_pool;
+typedef struct {
+    atomic_int held;
+    /* A pool locked by this lock whose kept last freed block still has its
+     * pages taken and charged (pool.c, "Deferred discharge"); at most one.
+     * Read and written only with the lock held. */
+    struct ascm_pool *deferred;
+} ascm_lock;
 
 void ascm_lock_slow(ascm_lock *l);
 static inline void ascm_lock_acquire(ascm_lock *l) {
@@ -390,6 +397,7 @@ struct ascm_pool {
      * belongs to (ascm_pool_create_shared); NULL: single-threaded, the
      * caller serialises calls */
     ascm_lock *lock_at;
+    ascm_lock *domain;    /* lock_at, or &lock when single-threaded: holds `deferred` */
     int caches_on;        /* thread caches: __atomic; set under the lock (and every cache's) */
     uint64_t uid;         /* never reused: tells a thread's stale cache entries apart */
     ascm_slab_table slabtab; /* each slab granule -> the slab that covers it */
@@ -409,6 +417,7 @@ struct ascm_pool {
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     uint8_t kept_in_map;  /* last_freed still has its entry in `blocks` (pool.c) */
     uint8_t kept_reused;  /* the kept block before it was taken back by the next request */
+    uint8_t defers;       /* the kept block's discharge may be deferred (pool.c) */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
@@ -430,10 +439,25 @@ struct ascm_pool {
 };
 
 void ascm_pool_lock_contended(ascm_pool *p);
-static inline void ascm_pool_lock(ascm_pool *p) {
+/* Gives the pages of the kept block whose discharge a lock holds deferred
+ * (pool.c); the lock is held.  Every call that takes a lock of pools, but a
+ * single allocation or free, settles first, so that nothing but the
+ * allocation that may take the block back reads its pages still taken. */
+void ascm_pool_settle(ascm_lock *domain);
+static inline void ascm_lock_settle(ascm_lock *l) {
+    if (ASCM_UNLIKELY(l->deferred != NULL)) ascm_pool_settle(l);
+}
+/* The pool lock, and the deferred discharge left as it is: for a single
+ * allocation, which settles itself unless it takes the kept block back,
+ * and a free. */
+static inline void ascm_pool_lock_keeping(ascm_pool *p) {
     ascm_lock *l = p->lock_at;
     if (l && ASCM_UNLIKELY(atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
         ascm_pool_lock_contended(p);
+}
+static inline void ascm_pool_lock(ascm_pool *p) {
+    ascm_pool_lock_keeping(p);
+    ascm_lock_settle(p->domain);
 }
 static inline void ascm_pool_unlock(ascm_pool *p) {
     if (p->lock_at) ascm_lock_release(p->lock_at);
@@ -464,10 +488,11 @@ void ascm_pool_recount(ascm_pool *p);
 int ascm_pool_lock_whole(ascm_pool *p);
 void ascm_pool_unlock_whole(ascm_pool *p, int whole);
 
-/* Hands the pool's kept last freed block (pool.c) to best fit; its pages
- * are already given. */
+/* Hands the pool's kept last freed block (pool.c) to best fit, its pages
+ * given first if their discharge was deferred. */
 static inline void ascm_pool_flush_last_freed(ascm_pool *p) {
     if (p->last_freed) {
+        if (ASCM_UNLIKELY(p->domain->deferred == p)) ascm_pool_settle(p->domain);
         if (p->kept_in_map) ascm_map_take(&p->blocks, p->fit.nodes[p->last_freed].off);
         p->kept_in_map = p->kept_reused = 0;
         ascm_fit_give(&p->fit, p->last_freed);

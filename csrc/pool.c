@@ -23,6 +23,27 @@
  * anything that reads the free space (stats, walks, check: pool_readout.c;
  * close), first gives it to best fit, so placement differs from plain best
  * fit only when a block is reused in place.
+ *
+ * Deferred discharge.  In that loop the kept block's pages were given back
+ * at the free and taken again at the next allocation: page arithmetic, and
+ * in a Device the budget's hook, twice a pair for nothing (~60 of a Python
+ * 1 MiB Pool pair's ~1,100 instructions, ~120 of a Device pair's ~1,400).
+ * So the free of a large block leaves its pages taken and records the pool
+ * in its lock (`deferred`: one pool per lock, and a Device's pools share
+ * the device's lock, so the budget is covered too).  Every later call under
+ * that lock gives them first (ascm_pool_settle), through ascm_pool_lock,
+ * the flush of the kept block, and the device's own budget calls -- but
+ * for a single allocation of this pool, which takes the block back with
+ * its pages still taken, or settles before anything else, and a free,
+ * which only gives pages (a shared edge page stays taken until the kept
+ * block's discharge, as it would have anyway; no peak or limit is read).  What anyone can
+ * read is then as if the pages had been given and taken again: the pages
+ * in use, the budget and their peaks are the same (the peak was already
+ * reached before the free).  Only the running totals pages_taken and
+ * pages_given skip the round trip, as PyTorch's reserved-bytes totals do
+ * for a block its cache hands out again.  Paged pools give at once (their
+ * granules are mapped and unmapped through hooks), and so do pools with a
+ * charge hook of their creator's, which may read its total at any time.
  */
 #include "internal.h"
 
@@ -91,6 +112,13 @@ static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
         ascm_paging_release(p->paging, p->charge, p->charge_ctx, lo, hi);
     else if (p->charge)
         p->charge(p->charge_ctx, -(int64_t)((hi - lo) << p->pshift));
+}
+
+/* The lock is held; its deferred pool's kept block gives its pages. */
+void ascm_pool_settle(ascm_lock *domain) {
+    ascm_pool *p = domain->deferred;
+    domain->deferred = NULL;
+    discharge_block(p, &p->fit.nodes[p->last_freed]);
 }
 
 /* Paged pools place each size class in a region of the range of its own
@@ -175,7 +203,14 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     if (!node) return ASCM_NODE_NONE;
     ascm_fit_node *blk = &p->fit.nodes[node];
     uint64_t n = units_for(p, size);
-    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) || charge_block(p, blk) != ASCM_OK)
+    int deferred = p->domain->deferred == p; /* its pages were never given (top of file) */
+    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1))) {
+        if (ASCM_UNLIKELY(deferred)) ascm_pool_settle(p->domain);
+        return ASCM_NODE_NONE;
+    }
+    if (ASCM_LIKELY(deferred))
+        p->domain->deferred = NULL;
+    else if (charge_block(p, blk) != ASCM_OK)
         return ASCM_NODE_NONE;
     p->last_freed = ASCM_NODE_NONE;
     p->kept_reused = 1;
@@ -211,6 +246,10 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
      * shifts page boundaries, which only the caller can decide is right */
     p->npages = ((cfg->size - 1) >> p->pshift) + 1;
     p->lock_at = cfg->single_threaded ? NULL : lock ? lock : &p->lock;
+    p->domain = p->lock_at ? p->lock_at : &p->lock;
+    /* a charge hook of the caller's own may be read by others at any time;
+     * a device's hook is read only under the lock its pools share */
+    p->defers = !cfg->paged && (!cfg->charge || lock != NULL);
     p->charge = cfg->charge;
     p->charge_ctx = cfg->charge_ctx;
     p->sgshift = p->gshift > 13 ? p->gshift : 13;
@@ -245,6 +284,7 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
 
 void ascm_pool_destroy(ascm_pool *p) {
     if (!p) return;
+    if (p->domain && p->domain->deferred == p) p->domain->deferred = NULL; /* a shared lock outlives it */
     ascm_tcache_destroy(p);
     ascm_fork_unregister(&p->fork);
     ascm_slab_destroy(p);
@@ -343,6 +383,9 @@ static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint
                                                               uint32_t pending, ascm_handle *handle) {
     if (ASCM_UNLIKELY(p->closed)) return ASCM_ERR_NOMEM;
     int cls = ascm_pool_class_of(p, size, align);
+    ascm_lock *domain = p->domain; /* locked without settling: only the kept block's reuse may skip it */
+    if (ASCM_UNLIKELY(domain->deferred != NULL) && (domain->deferred != p || cls >= 0))
+        ascm_pool_settle(domain);
     if (ASCM_LIKELY(cls >= 0)) {
         uint64_t off;
         uint32_t si, slot;
@@ -397,7 +440,7 @@ ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, NULL);
-    ascm_pool_lock(p);
+    ascm_pool_lock_keeping(p);
     st = alloc_locked(p, size, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
     return st;
@@ -408,7 +451,7 @@ ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad,
     int st = check_request(p, size + pad, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size + pad, size, align, addr, NULL);
-    ascm_pool_lock(p);
+    ascm_pool_lock_keeping(p);
     st = alloc_locked(p, size + pad, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
     return st;
@@ -455,10 +498,15 @@ static inline void free_large(ascm_pool *p, uint32_t node, uint64_t *usable, uin
     const ascm_fit_node *blk = &p->fit.nodes[node];
     *usable = (uint64_t)blk->len << p->gshift;
     *requested = *usable - blk->slack;
-    if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, blk->off))
-        discharge_block(p, blk); /* a sleeping block's pages were given at sleep */
     int reuse_loop = p->kept_reused && !p->last_freed; /* a kept block not taken back ends it */
-    ascm_pool_flush_last_freed(p);
+    ascm_pool_flush_last_freed(p); /* first: it may hold the lock's deferred discharge */
+    if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, blk->off)) {
+        /* a sleeping block's pages were given at sleep */
+        if (ASCM_LIKELY(p->defers) && !p->domain->deferred)
+            p->domain->deferred = p; /* given when anything else happens (top of file) */
+        else
+            discharge_block(p, blk);
+    }
     p->last_freed = node;
     p->kept_in_map = (uint8_t)in_map;
     p->kept_reused = (uint8_t)reuse_loop;
@@ -505,7 +553,7 @@ ASCM_ENTRY int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t alig
     int st = check_request(p, size, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, h);
-    ascm_pool_lock(p);
+    ascm_pool_lock_keeping(p);
     st = alloc_locked(p, size, size, align, addr, NULL, 0, h);
     ascm_pool_unlock(p);
     return st;
@@ -540,7 +588,7 @@ static int free_handle_locked(ascm_pool *p, ascm_handle h) {
 }
 
 ASCM_ENTRY int ascm_pool_free_handle(ascm_pool *p, ascm_handle h) {
-    ascm_pool_lock(p);
+    ascm_pool_lock_keeping(p); /* a free only gives pages: no need to settle */
     int st = free_handle_locked(p, h);
     ascm_pool_unlock(p);
     return st;
@@ -556,7 +604,7 @@ static __attribute__((noinline)) int free_cached(ascm_pool *p, uint64_t addr) {
 
 ASCM_ENTRY int ascm_pool_free(ascm_pool *p, uint64_t addr) {
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return free_cached(p, addr);
-    ascm_pool_lock(p);
+    ascm_pool_lock_keeping(p); /* a free only gives pages: no need to settle */
     int st = free_locked(p, addr);
     ascm_pool_unlock(p);
     return st;

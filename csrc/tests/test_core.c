@@ -688,6 +688,93 @@ static void test_device_chunks(void) {
     ascm_device_destroy(d);
 }
 
+/* A freed large block's discharge is deferred until anything else happens
+ * under its lock (pool.c, "Deferred discharge"): nothing may read the pages
+ * as still taken -- not a peak, not the budget, not another pool of the
+ * device. */
+static void test_pool_deferred_discharge(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 64u << 20, .min_block = 4096, .page_size = 2u << 20};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t a, b, c;
+    ascm_stats st;
+    CHECK(ascm_pool_alloc(p, 4u << 20, 64, &a) == ASCM_OK && a == cfg.base); /* 2 pages */
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    CHECK(st.pages_in_use == 0 && st.peak_pages == 2 && st.pages_given == 2); /* read: given */
+    for (int i = 0; i < 5; i++) { /* the loop: taken back each time, pages never given */
+        CHECK(ascm_pool_alloc(p, 4u << 20, 64, &b) == ASCM_OK && b == a);
+        CHECK(ascm_pool_free(p, b) == ASCM_OK);
+    }
+    /* a request of another size after a deferred free: 6 MiB at the same
+     * place needs 3 pages; the peak is 3, not 2 + 3 */
+    CHECK(ascm_pool_alloc(p, 6u << 20, 64, &c) == ASCM_OK && c == a);
+    ascm_pool_stats(p, &st);
+    CHECK(st.pages_in_use == 3 && st.peak_pages == 3);
+    POOL_OK(p);
+    /* a slab request after a deferred free settles too */
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 64, 64, &b) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    CHECK(st.pages_in_use == 1 && st.peak_pages == 3);
+    POOL_OK(p);
+    /* a free of another block while one is deferred: both given */
+    CHECK(ascm_pool_alloc(p, 8u << 20, 64, &a) == ASCM_OK && ascm_pool_alloc(p, 8u << 20, 64, &c) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK && ascm_pool_free(p, c) == ASCM_OK && ascm_pool_free(p, b) == ASCM_OK);
+    ascm_pool_stats(p, &st);
+    CHECK(st.pages_in_use == 0 && st.used == 0);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
+static void test_device_deferred_discharge(void) {
+    /* 6 MiB for huge growth and normal pages together: 3 MiB of huge pages
+     * (4 MiB of 2 MiB pages) and 3 MiB of normal ones never fit at once */
+    ascm_device_config cfg = {.min_block = 4096};
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
+    cfg.size[ASCM_KIND_HUGE] = 16u << 20;
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 41;
+    cfg.size[ASCM_KIND_NORMAL] = 16u << 20;
+    cfg.budget.shared = 6u << 20;
+    cfg.budget.huge_grows = 1;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    uint64_t h, h2, n, charged, held;
+    int kind, events;
+    ascm_budget b;
+    CHECK(ascm_device_malloc(d, 3u << 20, 1 /* HUGE_ONLY */, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_OK);
+    for (int i = 0; i < 3; i++) { /* the reuse loop, pages kept charged in between */
+        CHECK(ascm_device_free(d, h, 1u << ASCM_KIND_HUGE, &kind) == ASCM_OK);
+        CHECK(ascm_device_malloc(d, 3u << 20, 1, ASCM_SIZE_MALLOC, &h2, &kind, &events) == ASCM_OK && h2 == h);
+    }
+    CHECK(ascm_device_free(d, h, 1u << ASCM_KIND_HUGE, &kind) == ASCM_OK);
+    /* another pool of the device: the huge pages are free for it */
+    CHECK(ascm_device_malloc(d, 3u << 20, 2 /* NORMAL_ONLY */, ASCM_SIZE_MALLOC, &n, &kind, &events) == ASCM_OK);
+    ascm_device_budget(d, &b);
+    CHECK(b.huge_used == 0 && b.normal_used == (3u << 20) + 4096 && b.peak_huge == 4u << 20);
+    CHECK(ascm_device_malloc(d, 3u << 20, 1, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_ERR_BUDGET);
+    CHECK(ascm_device_free(d, n, 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    /* the budget read right after a free sees it given */
+    CHECK(ascm_device_malloc(d, 3u << 20, 1, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_free(d, h, 1u << ASCM_KIND_HUGE, &kind) == ASCM_OK);
+    ascm_device_budget(d, &b);
+    CHECK(b.huge_used == 0 && b.normal_used == 0);
+    ascm_device_huge_pages(d, &charged, &held);
+    CHECK(charged == 0 && held == 0);
+    /* fixed runtime memory after a deferred free takes the room */
+    CHECK(ascm_device_malloc(d, 3u << 20, 1, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_free(d, h, 1u << ASCM_KIND_HUGE, &kind) == ASCM_OK);
+    CHECK(ascm_device_charge_fixed(d, 5u << 20) == ASCM_OK);
+    CHECK(ascm_device_malloc(d, 3u << 20, 1, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_ERR_BUDGET);
+    CHECK(ascm_device_charge_fixed(d, -(int64_t)(5u << 20)) == ASCM_OK);
+    for (int k = 0; k < 2; k++) {
+        int kinds[2] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL};
+        for (int i = 0; i < ascm_device_chunk_count(d, kinds[k]); i++)
+            POOL_OK(ascm_device_chunk(d, kinds[k], i, NULL, NULL));
+    }
+    ascm_device_destroy(d);
+}
+
 /* ---- failure paths: threads racing a reset, fork, statistics that lie ---- */
 
 static ascm_device *small_device(uint64_t base) {
@@ -1130,6 +1217,8 @@ int main(void) {
         {"pool_basic", test_pool_basic},
         {"pool_reuses_the_last_freed_large_block", test_pool_reuses_the_last_freed_large_block},
         {"pool_remembered_slab", test_pool_remembered_slab},
+        {"pool_deferred_discharge", test_pool_deferred_discharge},
+        {"device_deferred_discharge", test_device_deferred_discharge},
         {"pool_random", test_pool_random},
         {"pool_handles", test_pool_handles},
         {"paged_regions", test_paged_regions},
