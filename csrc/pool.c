@@ -28,7 +28,9 @@
  * at the free and taken again at the next allocation: page arithmetic, and
  * in a Device the budget's hook, twice a pair for nothing (~60 of a Python
  * 1 MiB Pool pair's ~1,100 instructions, ~120 of a Device pair's ~1,400).
- * So the free of a large block leaves its pages taken and records the pool
+ * So in such a loop the free of a large block leaves its pages taken (out
+ * of one, where the next request is rarely the same, deferring cost the C
+ * random large pairs 710 -> 737 instructions) and records the pool
  * in its lock (`deferred`: one pool per lock, and a Device's pools share
  * the device's lock, so the budget is covered too).  Every later call under
  * that lock gives them first (ascm_pool_settle), through ascm_pool_lock,
@@ -118,6 +120,7 @@ static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
 void ascm_pool_settle(ascm_lock *domain) {
     ascm_pool *p = domain->deferred;
     domain->deferred = NULL;
+    p->kept_charged = 0;
     discharge_block(p, &p->fit.nodes[p->last_freed]);
 }
 
@@ -203,15 +206,17 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     if (!node) return ASCM_NODE_NONE;
     ascm_fit_node *blk = &p->fit.nodes[node];
     uint64_t n = units_for(p, size);
-    int deferred = p->domain->deferred == p; /* its pages were never given (top of file) */
+    int deferred = p->kept_charged; /* its pages were never given (top of file) */
     if (blk->len != n || (blk->off & (align_units_for(p, align) - 1))) {
         if (ASCM_UNLIKELY(deferred)) ascm_pool_settle(p->domain);
         return ASCM_NODE_NONE;
     }
-    if (ASCM_LIKELY(deferred))
+    if (ASCM_LIKELY(deferred)) {
         p->domain->deferred = NULL;
-    else if (charge_block(p, blk) != ASCM_OK)
+        p->kept_charged = 0;
+    } else if (charge_block(p, blk) != ASCM_OK) {
         return ASCM_NODE_NONE;
+    }
     p->last_freed = ASCM_NODE_NONE;
     p->kept_reused = 1;
     blk->slack = (uint32_t)((n << p->gshift) - requested);
@@ -502,8 +507,10 @@ static inline void free_large(ascm_pool *p, uint32_t node, uint64_t *usable, uin
     ascm_pool_flush_last_freed(p); /* first: it may hold the lock's deferred discharge */
     if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, blk->off)) {
         /* a sleeping block's pages were given at sleep */
-        if (ASCM_LIKELY(p->defers) && !p->domain->deferred)
+        if (reuse_loop && ASCM_LIKELY(p->defers) && !p->domain->deferred) {
             p->domain->deferred = p; /* given when anything else happens (top of file) */
+            p->kept_charged = 1;
+        }
         else
             discharge_block(p, blk);
     }

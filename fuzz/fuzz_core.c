@@ -243,6 +243,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             must_check(ascm_pool_check(paged, msg, sizeof msg), "paged", msg);
             must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);
             must_check(ascm_buddy_check(buddy, msg, sizeof msg), "buddy", msg);
+            if (!closed) { /* the budget and the pools agree (a freed block's deferred discharge too) */
+                uint64_t charged, held;
+                ascm_device_huge_pages(dev, &charged, &held);
+                if (charged != held) {
+                    fprintf(stderr, "device: %llu huge bytes charged, %llu held\n",
+                            (unsigned long long)charged, (unsigned long long)held);
+                    abort();
+                }
+            }
         }
     }
     must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);
