@@ -459,6 +459,24 @@ static void *device_churn(void *arg) {
     return NULL;
 }
 
+/* Runs of one size, each block freed at once: the kept block's reuse loop,
+ * whose free leaves the discharge of its pages deferred (pool.c). */
+static void *device_reuse_loop(void *arg) {
+    device_worker *w = arg;
+    uint64_t a;
+    int kind, events;
+    for (int i = 0; i < w->steps; i++) {
+        uint64_t size = (uint64_t)(1 + (i / 500) % 3) << 20;
+        int st = ascm_device_malloc(w->d, size, w->policy, ASCM_SIZE_MALLOC, &a, &kind, &events);
+        CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET);
+        if (st == ASCM_OK)
+            CHECK(ascm_device_free(w->d, a, ascm_kind_mask(ASCM_FREE_DEVICE), &kind) == ASCM_OK);
+        else
+            w->refused++;
+    }
+    return NULL;
+}
+
 static void test_device_kinds_share_the_budget_lock(void) {
     ascm_device_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -472,11 +490,18 @@ static void test_device_kinds_share_the_budget_lock(void) {
     ascm_device *d;
     CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
     CHECK(ascm_pool_set_thread_caches(ascm_device_pool(d, ASCM_KIND_HUGE), ASCM_CACHES_ON) == ASCM_OK);
-    device_worker w[3] = {{d, 1, 5, 40000, 0}, {d, 1, 6, 40000, 0}, {d, 2, 7, 40000, 0}};
-    pthread_t t[3];
-    for (int i = 0; i < 3; i++) CHECK(pthread_create(&t[i], NULL, device_churn, &w[i]) == 0);
+    /* and a reuse loop on normal pages (a pool without caches), and on huge
+     * ones (caches on: every call settles) */
+    device_worker w[5] = {{d, 1, 5, 40000, 0}, {d, 1, 6, 40000, 0}, {d, 2, 7, 40000, 0},
+                          {d, 2, 8, 40000, 0}, {d, 1, 9, 40000, 0}};
+    pthread_t t[5];
+    for (int i = 0; i < 5; i++)
+        CHECK(pthread_create(&t[i], NULL, i < 3 ? device_churn : device_reuse_loop, &w[i]) == 0);
     for (int i = 0; i < 200; i++) {
         ascm_budget b;
+        uint64_t charged, held;
+        ascm_device_huge_pages(d, &charged, &held);
+        CHECK(charged == held);
         ascm_device_budget(d, &b);
         CHECK(b.huge_used <= b.reserve && b.normal_used <= b.shared);
         CHECK(b.peak_huge <= b.reserve && b.peak_normal <= b.shared);
@@ -491,7 +516,7 @@ static void test_device_kinds_share_the_budget_lock(void) {
         }
         usleep(200);
     }
-    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 5; i++) pthread_join(t[i], NULL);
     ascm_device_trim(d);
     ascm_budget b;
     ascm_device_budget(d, &b);
