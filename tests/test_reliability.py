@@ -952,6 +952,53 @@ def test_36_a_copy_that_raises_is_a_refused_copy(step):
     d.check()
 
 
+def test_37_an_acl_device_in_a_fork_child_never_calls_the_runtime():
+    """Probed (twelfth session): an acl Device inherited through fork()
+    gave the parent's chunks and granules back through the runtime when the
+    child closed or collected it -- memory the parent still uses, through a
+    runtime whose threads are not in the child.  Now the copy is closed in
+    the child, its calls say why, and closing or collecting it calls
+    nothing; the parent's device is untouched."""
+    run_child("""
+        import gc, os, fake_acl, ascmem
+        acl = fake_acl.make()
+        plain = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl)
+        paged = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True,
+                              device_id=1)
+        blocks = [(d, d.malloc(3 << 20)) for d in (plain, paged)]
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for d, a in blocks:
+                    for call in (lambda: d.malloc(4096), lambda: d.free(a)):
+                        try:
+                            call()
+                            code = 2
+                        except ascmem.DeviceClosedError as e:
+                            if "fork()" not in str(e):
+                                code = 3
+                n = len(acl.calls)
+                for d, _ in blocks:
+                    d.close()
+                del d, blocks, plain, paged
+                gc.collect()
+                if len(acl.calls) != n:
+                    code = 4
+            except BaseException:
+                code = 5
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        for d, a in blocks:
+            d.free(a)
+            d.check()
+            d.close()
+        assert not acl.live and not acl.mapped and not acl.physical and not acl.reserved
+        print("ok")
+    """)
+
+
 def _raise_once(ns, name):
     """Makes the stand-in's ns.name raise (as pyACL might, instead of
     returning a code) on its next call only."""

@@ -30,6 +30,30 @@ def _devices_after_fork():
             (<_DeviceParts>parts).growth.after_fork()
             if (<_DeviceParts>parts).mapper is not None:
                 (<_DeviceParts>parts).mapper.after_fork()
+            if (<_DeviceParts>parts).up.name == "acl":
+                _disown_after_fork(<Device>dev)
+
+
+cdef _disown_after_fork(Device dev):
+    """An acl Device in a child of fork() is closed there, and never calls
+    the Ascend runtime again: its memory, events and physical handles are the
+    parent's, the runtime's threads (and any lock they held at the fork) are
+    not in the child, and nothing in hicann/runtime src/runtime prepares it
+    for fork (no pthread_atfork there).  torch_npu refuses the NPU in a
+    forked subprocess for the same reason.  Closing or collecting the copy
+    forgets its chunks and granules instead of freeing them, which in the
+    parent would free memory still in use.  The child makes a Device of its
+    own (the 'spawn' start method does that naturally)."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    parts.up.disowned = True
+    if parts.mapper is not None:
+        parts.mapper.disowned = True
+    parts.closed_why = (f" (inherited through fork() from process {os.getppid()}: its Ascend "
+                        f"runtime memory belongs to the parent; make a Device in the child, "
+                        f"or use the 'spawn' start method)")
+    parts.closed = parts.views.closed = True
+    if dev._d is not NULL:
+        ascm_device_close(dev._d)  # raw callers get ASCM_ERR_CLOSED too
 
 
 if hasattr(os, "register_at_fork"):
@@ -114,6 +138,7 @@ cdef class _DeviceParts:
     cdef set warned                  # ASCM_EVENT_* causes warned about
     cdef object oom_callback
     cdef bint closed, job_started
+    cdef str closed_why              # why closed, when not by close(): "" or " (...)"
     cdef bint paged                  # huge, normal and huge1g are paged pools
     cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
 
@@ -131,6 +156,7 @@ cdef class _DeviceParts:
             self.general = True
         self.warned = set()
         self.aicpu = aicpu
+        self.closed_why = ""
 
     cdef give_back(self):
         """Everything the device holds upstream, when it is collected: the

@@ -239,13 +239,15 @@ cdef int _wait_reset(Device dev, str call) except -1:
     with nogil:
         st = ascm_device_wait_open(dev._d)
     if st != ASCM_OK:
-        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed")
+        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed"
+                                f"{(<_DeviceParts>dev._parts).closed_why}")
     return 0
 
 
 cdef inline int _require_open(Device dev, str call) except -1:
     if (<_DeviceParts>dev._parts).closed:
-        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed")
+        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed"
+                                f"{(<_DeviceParts>dev._parts).closed_why}")
     return 0
 
 

@@ -93,6 +93,7 @@ cdef class _Upstream:
     cdef uint64_t _device_id     # sim: which device's ranges
     cdef uint64_t _epoch         # sim: first_chunks calls so far (resets + 1)
     cdef public frozenset paged_kinds  # kinds whose chunks are mapped in granules by the pools
+    cdef public bint disowned    # acl, in a child of fork(): the chunks are the parent's
 
     def __cinit__(self, *args, **kwargs):
         self.held = _uncollectable_list()
@@ -255,6 +256,8 @@ cdef class _AclUpstream(_RealUpstream):
         self.acl = acl_module
 
     def take(self, int k, uint64_t size):
+        if self.disowned:
+            raise DeviceClosedError("a child of fork() takes no memory from its parent's runtime")
         ns, name, policy, free_name = _ACL_CALLS[k]
         if k in self.paged_kinds:  # address space only: the pools map granules under it
             ns, name, free_name, align = "rt", "reserve_mem_address", "release_mem_address", 2 << 20
@@ -294,6 +297,8 @@ cdef class _AclUpstream(_RealUpstream):
 
     def record_event(self, stream):
         """aclrtCreateEvent + aclrtRecordEvent; None if the runtime refused."""
+        if self.disowned:
+            return None
         rt = self.acl.rt
         try:
             ev, ret = rt.create_event()
@@ -316,6 +321,8 @@ cdef class _AclUpstream(_RealUpstream):
         return ret == 0 and status == 1
 
     def destroy_event(self, ev):
+        if self.disowned:  # an event of the parent's runtime
+            return
         try:
             self.acl.rt.destroy_event(ev)
         except Exception as e:  # its code is not looked at either
@@ -327,6 +334,8 @@ cdef class _AclUpstream(_RealUpstream):
             raise AscmemError(f"acl.rt.synchronize_stream returned {ret}")
 
     def _release(self, int k, uint64_t base, uint64_t size):
+        if self.disowned:  # forgotten: the parent still holds it (_disown_after_fork)
+            return
         ns, _, _, free_name = _ACL_CALLS[k]
         if k in self.paged_kinds:
             ns, free_name = "rt", "release_mem_address"
