@@ -44,6 +44,33 @@ def test_memory_stats_has_pytorchs_keys_and_adds_up():
     assert d.memory_stats()["num_sync_all_streams"] == 1
 
 
+def test_a_block_taken_back_at_once_never_gave_its_pages():
+    """A block freed and asked for again at once (the same shape in a loop)
+    keeps its pages charged in between (pool.c, "Deferred discharge"), as
+    PyTorch's cache keeps a segment: reserved bytes stay, and their
+    allocated / freed totals do not count the round trip.  Anything that
+    reads in between sees them given: the budget, stats, another kind."""
+    d = ascmem.Device("atlas-a2-training")
+    a = d.malloc(3 * MiB, Policy.HUGE_ONLY)
+    d.free(a)
+    assert d.malloc(3 * MiB, Policy.HUGE_ONLY) == a
+    before = d.memory_stats()
+    for _ in range(10):
+        d.free(a)
+        assert d.malloc(3 * MiB, Policy.HUGE_ONLY) == a
+    after = d.memory_stats()
+    for key in ("reserved_bytes.large_pool.allocated", "reserved_bytes.large_pool.freed",
+                "reserved_bytes.large_pool.current", "reserved_bytes.large_pool.peak"):
+        assert after[key] == before[key], key
+    assert after["allocation.large_pool.allocated"] == before["allocation.large_pool.allocated"] + 10
+    d.free(a)
+    assert d.budget()["huge_used"] == 0  # read: given
+    assert d.memory_stats()["reserved_bytes.large_pool.current"] == 0
+    d.malloc(1000)                        # another kind after the free: the pages are given
+    assert d.budget()["huge_used"] == 0
+    d.check()
+
+
 def test_memory_stats_of_a_paged_device_count_mapped_memory():
     d = ascmem.Device("atlas-a3", memory=8 << 30, paged=True, release_threshold=4 * MiB)
     d.free(d.malloc(10 * MiB, Policy.HUGE_ONLY))
