@@ -38,10 +38,10 @@
  * for a single allocation of this pool, which takes the block back with
  * its pages still taken, or settles before anything else, and a free,
  * which only gives pages (a shared edge page stays taken until the kept
- * block's discharge, as it would have anyway; no peak or limit is read).  What anyone can
- * read is then as if the pages had been given and taken again: the pages
- * in use, the budget and their peaks are the same (the peak was already
- * reached before the free).  Only the running totals pages_taken and
+ * block's discharge, as it would have anyway; no peak or limit is read).
+ * What anyone can read is then as if the pages had been given and taken
+ * again: the pages in use, the budget and their peaks are the same (the
+ * peak was already reached before the free).  Only the running totals pages_taken and
  * pages_given skip the round trip, as PyTorch's reserved-bytes totals do
  * for a block its cache hands out again.  Paged pools give at once (their
  * granules are mapped and unmapped through hooks), and so do pools with a
