@@ -62,7 +62,10 @@ typedef struct ascm_stats {
      * every allocation and every free (PyTorch's .allocated / .freed) */
     uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
     /* pages holding a live block (pool only): the most at once, and how many
-     * ever gained or lost their last live block (PyTorch's reserved bytes) */
+     * ever gained or lost their last live block (PyTorch's reserved bytes);
+     * a large block freed and taken back by the very next request of its
+     * size never gave its pages, and is not counted (pool.c, "Deferred
+     * discharge"; pools with a charge hook count it) */
     uint64_t peak_pages, pages_taken, pages_given;
 } ascm_stats;
 
@@ -91,7 +94,8 @@ typedef struct ascm_pool ascm_pool;
 
 /* Called when the number of pages holding live blocks changes; delta_bytes
  * is a multiple of page_size.  Returning non-zero for a positive delta makes
- * the allocation fail with ASCM_ERR_BUDGET; a negative delta must succeed. */
+ * the allocation fail with ASCM_ERR_BUDGET; a negative delta must succeed.
+ * A pool with a hook gives a freed block's pages at the free, always. */
 typedef int (*ascm_charge_fn)(void *ctx, int64_t delta_bytes);
 
 /* Paged pools: maps (map = 1) or unmaps (map = 0) the granules of
