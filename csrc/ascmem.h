@@ -63,9 +63,9 @@ typedef struct ascm_stats {
     uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
     /* pages holding a live block (pool only): the most at once, and how many
      * ever gained or lost their last live block (PyTorch's reserved bytes);
-     * a large block freed and taken back by the very next request of its
-     * size never gave its pages, and is not counted (pool.c, "Deferred
-     * discharge"; pools with a charge hook count it) */
+     * in a loop that frees a large block and takes it back with the next
+     * request, the rounds after the first give no pages and are not counted
+     * (pool.c, "Deferred discharge"; pools with a charge hook count them) */
     uint64_t peak_pages, pages_taken, pages_given;
 } ascm_stats;
 
