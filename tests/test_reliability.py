@@ -999,6 +999,22 @@ def test_37_an_acl_device_in_a_fork_child_never_calls_the_runtime():
     """)
 
 
+@pytest.mark.parametrize("make", [lambda: ascmem.Pool(1 << 20, base=1 << 32),
+                                  lambda: ascmem.BuddyAllocator(1 << 20),
+                                  lambda: ascmem.Device("atlas-training")])
+def test_38_pickling_or_copying_an_allocator_says_why_not(make):
+    """Probed (twelfth session): pickle (a spawn worker's argument) and copy
+    raised Cython's "no default __reduce__ due to non-trivial __cinit__".
+    The refusal now says what to do, and the allocator is left intact."""
+    import copy
+    import pickle
+    a = make()
+    for call in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot be pickled or copied.*each process"):
+            call(a)
+    a.check()
+
+
 def _raise_once(ns, name):
     """Makes the stand-in's ns.name raise (as pyACL might, instead of
     returning a code) on its next call only."""

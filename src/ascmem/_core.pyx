@@ -343,6 +343,10 @@ cdef class Pool:
         self.granule = self.page_size if cfg.paged else 0
         self.release_threshold = cfg.release_threshold
 
+    def __reduce__(self):
+        raise TypeError(f"{type(self).__name__} cannot be pickled or copied: its pool state "
+                        f"lives in C memory of this process; make one in each process")
+
     def __dealloc__(self):
         if self._p is not NULL:
             if not self._closed:
@@ -536,6 +540,10 @@ cdef class BuddyAllocator:
         self.base = b
         self.capacity = s
         self.min_block = m
+
+    def __reduce__(self):
+        raise TypeError(f"{type(self).__name__} cannot be pickled or copied: its allocator state "
+                        f"lives in C memory of this process; make one in each process")
 
     def __dealloc__(self):
         if self._b is not NULL:

@@ -89,6 +89,10 @@ cdef class Device(_DeviceReadout):
             parts.mapper.d = self._d
         _live_devices.add(self)
 
+    def __reduce__(self):
+        raise TypeError("Device cannot be pickled or copied: its memory and runtime belong to this "
+                        "process; make a Device in each process")
+
     def __dealloc__(self):
         # In a reference cycle the collector may have cleared _parts (None)
         # before this runs; the parts then gave the chunks back when they
