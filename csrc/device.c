@@ -789,9 +789,16 @@ void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
     if (!out->page_size) out->page_size = page_of(d, kind);
 }
 
-void ascm_device_budget(ascm_device *d, ascm_budget *out) {
+/* The budget's lock, for the device's own reads and changes of the budget:
+ * a pool's kept block whose pages are still charged gives them first
+ * (pool.c, "Deferred discharge"), so the budget reads as if at its free. */
+static void budget_lock(ascm_device *d) {
     ascm_lock_acquire(&d->lock);
-    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
+    ascm_lock_settle(&d->lock);
+}
+
+void ascm_device_budget(ascm_device *d, ascm_budget *out) {
+    budget_lock(d);
     *out = d->b;
     ascm_lock_release(&d->lock);
 }
@@ -803,8 +810,7 @@ void ascm_device_budget(ascm_device *d, ascm_budget *out) {
  * not there.) */
 void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
     uint64_t bytes = 0;
-    ascm_lock_acquire(&d->lock);
-    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
+    budget_lock(d);
     for (int k = 0; k < ASCM_KINDS; k++) {
         chunk_table *t = ascm_kind(k)->huge ? table_of(d, k) : NULL;
         for (uint32_t i = 0; t && i < t->n; i++) {
@@ -818,8 +824,7 @@ void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
 }
 
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
-    ascm_lock_acquire(&d->lock);
-    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
+    budget_lock(d);
     uint64_t old = d->b.fixed;
     d->b.fixed += (uint64_t)delta;
     int ok = delta <= 0 || fits(&d->b, d->b.huge_used, d->b.normal_used);
@@ -829,8 +834,7 @@ int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
 }
 
 int ascm_device_set_limit(ascm_device *d, uint64_t limit) {
-    ascm_lock_acquire(&d->lock);
-    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
+    budget_lock(d);
     d->b.limit = limit;
     ascm_lock_release(&d->lock);
     return ASCM_OK;
@@ -842,8 +846,7 @@ void ascm_device_reset_peaks(ascm_device *d) {
         for (uint32_t i = 0; t && i < t->n; i++) ascm_pool_reset_peaks(t->c[i].pool);
         d->retired_totals[k].peak_used = d->retired_totals[k].peak_requested = 0;
     }
-    ascm_lock_acquire(&d->lock);
-    ascm_lock_settle(&d->lock); /* a kept block's deferred pages (pool.c) */
+    budget_lock(d);
     d->b.peak_huge = d->b.huge_used;
     d->b.peak_normal = d->b.normal_used;
     ascm_lock_release(&d->lock);

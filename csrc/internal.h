@@ -418,7 +418,6 @@ struct ascm_pool {
     uint8_t kept_in_map;  /* last_freed still has its entry in `blocks` (pool.c) */
     uint8_t kept_reused;  /* the kept block before it was taken back by the next request */
     uint8_t defers;       /* the kept block's discharge may be deferred (pool.c) */
-    uint8_t kept_charged; /* it is: domain->deferred == this pool */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
@@ -493,7 +492,7 @@ void ascm_pool_unlock_whole(ascm_pool *p, int whole);
  * given first if their discharge was deferred. */
 static inline void ascm_pool_flush_last_freed(ascm_pool *p) {
     if (p->last_freed) {
-        if (ASCM_UNLIKELY(p->kept_charged)) ascm_pool_settle(p->domain);
+        if (ASCM_UNLIKELY(p->domain->deferred == p)) ascm_pool_settle(p->domain);
         if (p->kept_in_map) ascm_map_take(&p->blocks, p->fit.nodes[p->last_freed].off);
         p->kept_in_map = p->kept_reused = 0;
         ascm_fit_give(&p->fit, p->last_freed);

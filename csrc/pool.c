@@ -120,7 +120,6 @@ static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
 void ascm_pool_settle(ascm_lock *domain) {
     ascm_pool *p = domain->deferred;
     domain->deferred = NULL;
-    p->kept_charged = 0;
     discharge_block(p, &p->fit.nodes[p->last_freed]);
 }
 
@@ -206,14 +205,13 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     if (!node) return ASCM_NODE_NONE;
     ascm_fit_node *blk = &p->fit.nodes[node];
     uint64_t n = units_for(p, size);
-    int deferred = p->kept_charged; /* its pages were never given (top of file) */
+    int deferred = p->domain->deferred == p; /* its pages were never given (top of file) */
     if (blk->len != n || (blk->off & (align_units_for(p, align) - 1))) {
         if (ASCM_UNLIKELY(deferred)) ascm_pool_settle(p->domain);
         return ASCM_NODE_NONE;
     }
     if (ASCM_LIKELY(deferred)) {
         p->domain->deferred = NULL;
-        p->kept_charged = 0;
     } else if (charge_block(p, blk) != ASCM_OK) {
         return ASCM_NODE_NONE;
     }
@@ -507,10 +505,8 @@ static inline void free_large(ascm_pool *p, uint32_t node, uint64_t *usable, uin
     ascm_pool_flush_last_freed(p); /* first: it may hold the lock's deferred discharge */
     if (ASCM_LIKELY(!p->asleep.count) || !ascm_map_take(&p->asleep, blk->off)) {
         /* a sleeping block's pages were given at sleep */
-        if (reuse_loop && ASCM_LIKELY(p->defers) && !p->domain->deferred) {
+        if (reuse_loop && ASCM_LIKELY(p->defers) && !p->domain->deferred)
             p->domain->deferred = p; /* given when anything else happens (top of file) */
-            p->kept_charged = 1;
-        }
         else
             discharge_block(p, blk);
     }
