@@ -107,7 +107,8 @@ cdef class _AclMapper:
     cdef readonly uint64_t mapped_bytes  # what the handles hold
     cdef ascm_device *d          # the C device, once made (Device.__init__): whose kind a run is
     cdef int device_id
-    cdef public bint disowned    # in a child of fork(): the handles are the parent's
+    cdef public bint disowned    # in a child of fork(): the handles are the parent's, forgotten
+                                 # at release (the device is closed there: nothing maps)
 
     def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE, int device_id=0):
         self.acl = acl_module
@@ -152,9 +153,6 @@ cdef class _AclMapper:
     # SystemExit go through as they come.
 
     cdef bint _map(self, uint64_t g, uint64_t piece, int mem_attr) except -1:
-        if self.disowned:
-            self.error = "a child of fork() maps nothing through its parent's runtime"
-            return False
         rt = self.acl.rt
         try:
             handle, ret = rt.malloc_physical(piece, _physical_prop(mem_attr, self.device_id), 0)

@@ -53,8 +53,7 @@ cdef _raise_alloc_failure(Device dev, int st, uint64_t size, object policy, int 
     if st == ASCM_ERR_INVAL:
         raise InvalidArgumentError(f"{call}: size must be at least 1 byte")
     if st == ASCM_ERR_CLOSED:
-        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed"
-                                f"{(<_DeviceParts>dev._parts).closed_why}")
+        raise _closed_error(dev, call)
     if kind < 0 and size > _NO_DEVICE_HAS:
         raise OutOfMemoryError(f"{call}({size}): larger than the memory of any device")
     name = MemKind(kind).name if 0 <= kind < ASCM_KINDS else "?"

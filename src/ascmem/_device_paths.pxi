@@ -239,15 +239,20 @@ cdef int _wait_reset(Device dev, str call) except -1:
     with nogil:
         st = ascm_device_wait_open(dev._d)
     if st != ASCM_OK:
-        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed"
-                                f"{(<_DeviceParts>dev._parts).closed_why}")
+        raise _closed_error(dev, call)
     return 0
+
+
+cdef _closed_error(Device dev, str call):
+    """The DeviceClosedError of a call on a closed device, with why when it
+    was not close() (a fork child's copy: _disown_after_fork)."""
+    return DeviceClosedError(f"{call}: device {dev.device_id} is closed"
+                             f"{(<_DeviceParts>dev._parts).closed_why}")
 
 
 cdef inline int _require_open(Device dev, str call) except -1:
     if (<_DeviceParts>dev._parts).closed:
-        raise DeviceClosedError(f"{call}: device {dev.device_id} is closed"
-                                f"{(<_DeviceParts>dev._parts).closed_why}")
+        raise _closed_error(dev, call)
     return 0
 
 

@@ -93,7 +93,9 @@ cdef class _Upstream:
     cdef uint64_t _device_id     # sim: which device's ranges
     cdef uint64_t _epoch         # sim: first_chunks calls so far (resets + 1)
     cdef public frozenset paged_kinds  # kinds whose chunks are mapped in granules by the pools
-    cdef public bint disowned    # acl, in a child of fork(): the chunks are the parent's
+    cdef public bint disowned    # acl, in a child of fork(): the chunks and events are the
+                                 # parent's, forgotten rather than given back (the copy is
+                                 # closed there, so nothing takes or records any more)
 
     def __cinit__(self, *args, **kwargs):
         self.held = _uncollectable_list()
@@ -256,8 +258,6 @@ cdef class _AclUpstream(_RealUpstream):
         self.acl = acl_module
 
     def take(self, int k, uint64_t size):
-        if self.disowned:
-            raise DeviceClosedError("a child of fork() takes no memory from its parent's runtime")
         ns, name, policy, free_name = _ACL_CALLS[k]
         if k in self.paged_kinds:  # address space only: the pools map granules under it
             ns, name, free_name, align = "rt", "reserve_mem_address", "release_mem_address", 2 << 20
@@ -297,8 +297,6 @@ cdef class _AclUpstream(_RealUpstream):
 
     def record_event(self, stream):
         """aclrtCreateEvent + aclrtRecordEvent; None if the runtime refused."""
-        if self.disowned:
-            return None
         rt = self.acl.rt
         try:
             ev, ret = rt.create_event()
