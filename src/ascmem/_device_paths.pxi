@@ -146,7 +146,8 @@ cdef inline uint32_t _policy(object policy) except? 0xFFFFFFFF:
 
 # ---- the one free path ------------------------------------------------------------
 
-cdef inline object _device_free(Device dev, object ptr, unsigned mask, object stream, str call):
+cdef inline int _device_free(Device dev, object ptr, unsigned mask, object stream,
+                             str call) except -1:
     """The free path of every Device free call: inline when no stream, view,
     guard, tag or earlier stream free is involved (one test each); else
     _free_slow."""
@@ -155,13 +156,15 @@ cdef inline object _device_free(Device dev, object ptr, unsigned mask, object st
     cdef uint64_t a = as_u64(ptr, "pointer")
     if stream is not None or parts.ledger.tracked or parts.views.live or parts.tags.tracked or \
             parts.general:
-        return _free_slow(dev, a, mask, stream, call)
+        _free_slow(dev, a, mask, stream, call)
+        return 0
     st = ascm_device_free_held(dev._d, a, mask, &kind)
     if st != ASCM_OK:
         if st == ASCM_ERR_CLOSED:
             st = _free_when_open(dev, a, mask, &kind, call)
         if st != ASCM_OK:
             _raise(st, _bad_pointer(dev, a, kind, call, mask))
+    return 0
 
 
 cdef _free_slow(Device dev, uint64_t addr, unsigned mask, object stream, str call):
