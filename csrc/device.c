@@ -1,27 +1,8 @@
 /* Device: routes a CANN-style request to the pool of the right memory kind
- * and charges every page against one physical budget.
- *
- * Budget (CANN "Memory Management" precautions; see ascmem/profiles.py):
- *   huge_used <= reserve + (huge_grows ? what shared has left : 0)
- *   max(0, huge_used - reserve) + normal_used + fixed <= shared
- *   huge_used + normal_used + fixed <= limit        (when a limit is set)
- * Pools report page deltas through their charge hook, which runs with the
- * pool's lock held.  Every pool the budget charges shares one lock, the
- * device's (ascm_pool_create_shared), so the hook needs no lock of its own:
- * a pair that empties and refills a huge page took a second lock twice when
- * the budget had a lock of its own (C, 1 MiB pair: 532 -> 495 instructions,
- * 80-98 -> 62-72 ns; `make -C benchmarks/c instructions`, bench_core).  The
- * cost: pools of different kinds wait for each other, where before they met
- * only at page changes (with thread caches, slab sizes take no lock).
- *
- * Chunks: a kind's memory is one or more chunks, each a pool over a range
- * taken from an upstream (the OS, the Ascend runtime).  A kind with a grow
- * hook takes another chunk when its chunks are full, and gives empty chunks
- * back on request.  The chunk list of a kind is an immutable table swapped
- * in with one atomic store, so the allocation and free paths read it with no
- * lock while another thread grows or shrinks the kind; replaced tables and
- * retired pools are kept until reset or destroy, since a reader may still
- * hold them (a retired pool is closed: it refuses allocations).
+ * and charges every page against one physical budget.  This file: the
+ * device's life (create, reset, close, the gate), routing and the free path;
+ * device_chunks.c: the chunk tables of each kind; device_budget.c: the
+ * budget.  device_internal.h: what they share.
  *
  * The gate: callers without the GIL (the capsule, cimport's raw methods, the
  * pluggable-allocator functions) may be inside the device while Python resets
@@ -30,7 +11,7 @@
  * reset and close shut it and wait for the count to drain before they free
  * anything, so no call ever runs on a freed pool.
  */
-#include "internal.h"
+#include "device_internal.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -39,74 +20,6 @@
 
 enum { HUGE_FIRST = 0, HUGE_ONLY = 1, NORMAL_ONLY = 2, HUGE_FIRST_P2P = 3, HUGE_ONLY_P2P = 4,
        NORMAL_ONLY_P2P = 5, HUGE1G_ONLY = 6, HUGE1G_ONLY_P2P = 7 };
-
-struct ascm_device;
-
-typedef struct charge_ctx {
-    struct ascm_device *dev;
-    int huge; /* charges huge pages (HUGE, DVPP, HUGE1G) or normal ones */
-} charge_ctx;
-
-typedef struct chunk {
-    uint64_t base, size;
-    ascm_pool *pool;
-} chunk;
-
-typedef struct chunk_table {
-    uint64_t generation; /* changes with every table of the kind */
-    uint32_t n;
-    chunk c[ASCM_MAX_CHUNKS];
-} chunk_table;
-
-typedef struct retired { /* kept until reset or destroy: readers may hold it */
-    struct retired *next;
-    chunk_table *table;
-    ascm_pool *pool;
-} retired;
-
-typedef struct kind_totals { /* what retired chunks of a kind had counted */
-    uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
-    uint64_t alloc_count, free_count, peak_used, peak_requested;
-} kind_totals;
-
-struct ascm_device {
-    _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
-    _Atomic int closed; /* beside the tables: the held calls read it every time */
-    uint64_t base[ASCM_KINDS], size[ASCM_KINDS], min_block;
-    int growable[ASCM_KINDS];
-    charge_ctx ctx[ASCM_KINDS];
-    int p2p;
-    int paged;            /* see ascm_device_config */
-    ascm_map_fn map;
-    void *map_ctx;
-    uint64_t granule_min;
-    int host_is_device; /* RC mode: aclrtMallocHost is device memory (route, new_pool) */
-    uint64_t release_threshold;
-    ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
-    retired *graveyard;
-    /* blocks the Python layer tracks, which the GIL-free free refuses
-     * (ascm_device_guard); under chunks_lock, with their count beside for
-     * the free's lock-free test */
-    ascm_addrset guards;
-    _Atomic uint64_t nguards;
-    kind_totals retired_totals[ASCM_KINDS];
-    /* requests the whole kind failed (a miss in one chunk that another
-     * chunk serves is no failure, so the pools' own counts do not add up) */
-    _Atomic uint64_t failed[ASCM_KINDS];
-    ascm_grow_fn grow;
-    void *grow_ctx;
-    ascm_release_fn release;
-    void *release_ctx;
-    /* the gate (see the top of this file), away from the fields above */
-    char gate_pad[64];
-    _Atomic uint64_t inflight;
-    _Atomic uint32_t shut;   /* quiesce() calls not yet reopened; closed devices stay shut */
-    ascm_fork_node fork_chunks, fork_budget;
-    /* the budget's lock, which the charged pools take as theirs: written on
-     * every call, so a line of its own, away from the tables read without it */
-    _Alignas(64) ascm_lock lock;
-    ascm_budget b;
-};
 
 static inline int gate_enter(ascm_device *d) {
     atomic_fetch_add(&d->inflight, 1); /* sequentially consistent with quiesce's shut */
@@ -153,46 +66,7 @@ static void gate_in_child(ascm_fork_node *n) {
     atomic_store(&d->shut, atomic_load(&d->closed) ? 1u : 0u);
 }
 
-/* The pool's page: the kind's, or the unit when that is larger. */
-static uint64_t page_of(const ascm_device *d, int kind) {
-    uint64_t page = ascm_kind(kind)->page_size;
-    return page > d->min_block ? page : d->min_block;
-}
-
-static inline chunk_table *table_of(const ascm_device *d, int kind) {
-    return atomic_load_explicit((_Atomic(chunk_table *) *)&d->table[kind], memory_order_acquire);
-}
-
-static uint64_t growth(const ascm_budget *b, uint64_t huge_used) {
-    return huge_used > b->reserve ? huge_used - b->reserve : 0;
-}
-
-static int fits(const ascm_budget *b, uint64_t huge, uint64_t normal) {
-    if (!b->huge_grows && huge > b->reserve) return 0;
-    uint64_t from_shared = growth(b, huge) + normal + b->fixed;
-    if (from_shared > b->shared) return 0;
-    if (b->limit && huge + normal + b->fixed > b->limit) return 0;
-    return 1;
-}
-
-/* The pools' charge hook: their lock, which is the device's, is held. */
-static int charge(void *vctx, int64_t delta) {
-    charge_ctx *c = vctx;
-    ascm_budget *b = &c->dev->b;
-    uint64_t huge = b->huge_used, normal = b->normal_used;
-    if (c->huge) huge += (uint64_t)delta;
-    else normal += (uint64_t)delta;
-    int ok = delta <= 0 || fits(b, huge, normal);
-    if (ok) {
-        b->huge_used = huge;
-        b->normal_used = normal;
-        if (huge > b->peak_huge) b->peak_huge = huge;
-        if (normal > b->peak_normal) b->peak_normal = normal;
-    }
-    return ok ? 0 : 1;
-}
-
-static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out) {
+int ascm_device_new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out) {
     ascm_pool_config pc = {.base = base, .size = size, .min_block = d->min_block,
                            .page_size = page_of(d, k)};
     if (d->paged && ascm_kind(k)->freed_by == ASCM_FREE_DEVICE) {
@@ -205,7 +79,7 @@ static int new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_po
     /* host memory is not charged to the device, but in RC mode it is the
      * device's (normal pages: see route()) */
     if (ascm_kind(k)->device || (k == ASCM_KIND_HOST && d->host_is_device)) {
-        pc.charge = charge;
+        pc.charge = ascm_device_charge;
         pc.charge_ctx = &d->ctx[k];
         return ascm_pool_create_shared(&pc, &d->lock, out);
     }
@@ -219,7 +93,7 @@ static int make_pools(ascm_device *d) {
         if (!t) return ASCM_ERR_HOSTMEM;
         atomic_store_explicit(&d->table[k], t, memory_order_release);
         if (!d->size[k]) continue;
-        int st = new_pool(d, k, d->base[k], d->size[k], &t->c[0].pool);
+        int st = ascm_device_new_pool(d, k, d->base[k], d->size[k], &t->c[0].pool);
         if (st != ASCM_OK) return st;
         t->c[0].base = d->base[k];
         t->c[0].size = d->size[k];
@@ -618,263 +492,3 @@ int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int
     return device_free(d, addr, kind_mask, kind);
 }
 
-ascm_pool *ascm_device_pool(ascm_device *d, int kind) {
-    return ascm_device_chunk(d, kind, 0, NULL, NULL);
-}
-
-int ascm_device_has_kind(const ascm_device *d, int kind) {
-    return kind >= 0 && kind < ASCM_KINDS && table_of(d, kind) != NULL;
-}
-
-int ascm_device_chunk_count(const ascm_device *d, int kind) {
-    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
-    return t ? (int)t->n : 0;
-}
-
-ascm_pool *ascm_device_chunk(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size) {
-    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
-    if (!t || i < 0 || (uint32_t)i >= t->n) return NULL;
-    if (base) *base = t->c[i].base;
-    if (size) *size = t->c[i].size;
-    return t->c[i].pool;
-}
-
-uint64_t ascm_device_generation(const ascm_device *d, int kind) {
-    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
-    return t ? t->generation : 0;
-}
-
-void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx) {
-    ascm_lock_acquire(&d->chunks_lock);
-    d->grow_ctx = ctx;
-    d->grow = fn;
-    ascm_lock_release(&d->chunks_lock);
-}
-
-void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx) {
-    ascm_lock_acquire(&d->chunks_lock);
-    d->release_ctx = ctx;
-    d->release = fn;
-    ascm_lock_release(&d->chunks_lock);
-}
-
-uint64_t ascm_device_release_idle(ascm_device *d) {
-    ascm_lock_acquire(&d->chunks_lock);
-    ascm_release_fn fn = d->release;
-    void *ctx = d->release_ctx;
-    ascm_lock_release(&d->chunks_lock);
-    return fn ? fn(ctx) : 0;
-}
-
-uint64_t ascm_device_trim(ascm_device *d) {
-    uint64_t released = 0;
-    for (int k = 0; k < ASCM_KINDS; k++) {
-        chunk_table *t = table_of(d, k);
-        for (uint32_t i = 0; t && i < t->n; i++) released += ascm_pool_trim(t->c[i].pool);
-    }
-    return released;
-}
-
-/* Keeps a replaced table or a retired pool until reset or destroy; r is
- * allocated by the caller beforehand, so that burying cannot fail. */
-static void bury(ascm_device *d, retired *r, chunk_table *table, ascm_pool *pool) {
-    r->table = table;
-    r->pool = pool;
-    r->next = d->graveyard;
-    d->graveyard = r;
-}
-
-int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size) {
-    if (kind < 0 || kind >= ASCM_KINDS || !size || base + size < base) return ASCM_ERR_INVAL;
-    /* the pool is made before the chunks lock is taken: making one registers
-     * it for fork(), and no core lock may be held then (forksafe.c) */
-    ascm_pool *pool = NULL;
-    chunk_table *fresh = malloc(sizeof *fresh);
-    retired *grave = malloc(sizeof *grave);
-    int st = fresh && grave ? new_pool(d, kind, base, size, &pool) : ASCM_ERR_HOSTMEM;
-    if (st == ASCM_OK) {
-        ascm_lock_acquire(&d->chunks_lock);
-        chunk_table *t = table_of(d, kind);
-        st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
-        for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
-            if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
-        if (st == ASCM_OK) {
-            *fresh = *t;
-            bury(d, grave, t, NULL);
-            fresh->c[t->n] = (chunk){.base = base, .size = size, .pool = pool};
-            fresh->n = t->n + 1;
-            fresh->generation = t->generation + 1;
-            atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
-            fresh = NULL;
-            grave = NULL;
-            pool = NULL;
-        }
-        ascm_lock_release(&d->chunks_lock);
-    }
-    free(fresh);
-    free(grave);
-    if (pool) ascm_pool_destroy(pool);
-    return st;
-}
-
-int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max,
-                              int *count) {
-    *count = 0;
-    if (kind < 0 || kind >= ASCM_KINDS) return ASCM_ERR_INVAL;
-    ascm_lock_acquire(&d->chunks_lock);
-    chunk_table *t = table_of(d, kind), *fresh = NULL;
-    int st = t ? ASCM_OK : ASCM_ERR_UNSUPPORTED;
-    if (st == ASCM_OK && !(fresh = malloc(sizeof *fresh))) st = ASCM_ERR_HOSTMEM;
-    /* room in the graveyard first, so that nothing can fail half-way */
-    retired *spare[ASCM_MAX_CHUNKS + 1];
-    int nspare = 0;
-    for (; st == ASCM_OK && t && nspare <= (int)t->n; nspare++)
-        if (!(spare[nspare] = malloc(sizeof *spare[nspare]))) st = ASCM_ERR_HOSTMEM;
-    if (st == ASCM_OK) {
-        *fresh = *t;
-        fresh->n = 0;
-        for (uint32_t i = 0; i < t->n; i++) {
-            ascm_pool *p = t->c[i].pool;
-            ascm_stats s;
-            if (*count < max && ascm_pool_close_if_empty(p)) {
-                ascm_pool_stats(p, &s);
-                kind_totals *r = &d->retired_totals[kind];
-                r->alloc_count += s.alloc_count;
-                r->free_count += s.free_count;
-                r->alloc_bytes += s.alloc_bytes;
-                r->freed_bytes += s.freed_bytes;
-                r->alloc_requested += s.alloc_requested;
-                r->freed_requested += s.freed_requested;
-                if (s.peak_used > r->peak_used) r->peak_used = s.peak_used;
-                if (s.peak_requested > r->peak_requested) r->peak_requested = s.peak_requested;
-                bases[*count] = t->c[i].base;
-                sizes[*count] = t->c[i].size;
-                ++*count;
-                bury(d, spare[--nspare], NULL, p);
-            } else {
-                fresh->c[fresh->n++] = t->c[i];
-            }
-        }
-        fresh->generation = t->generation + 1;
-        bury(d, spare[--nspare], t, NULL);
-        atomic_store_explicit(&d->table[kind], fresh, memory_order_release);
-    } else {
-        free(fresh);
-    }
-    while (nspare > 0) free(spare[--nspare]);
-    ascm_lock_release(&d->chunks_lock);
-    return st;
-}
-
-void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
-    memset(out, 0, sizeof *out);
-    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
-    if (!t) return;
-    uint64_t peak_used = 0, peak_requested = 0;
-    for (uint32_t i = 0; i < t->n; i++) {
-        ascm_stats s;
-        ascm_pool_stats(t->c[i].pool, &s);
-        out->capacity += s.capacity;
-        out->used += s.used;
-        out->requested += s.requested;
-        peak_used += s.peak_used;
-        peak_requested += s.peak_requested;
-        out->free += s.free;
-        if (s.largest_free > out->largest_free) out->largest_free = s.largest_free;
-        out->live_count += s.live_count;
-        out->peak_live_count += s.peak_live_count; /* several chunks: an upper bound */
-        out->cached_bytes += s.cached_bytes;
-        out->alloc_count += s.alloc_count;
-        out->free_count += s.free_count;
-        out->pages_in_use += s.pages_in_use;
-        out->page_size = s.page_size;
-        out->slab_bytes += s.slab_bytes;
-        out->metadata_bytes += s.metadata_bytes;
-        out->mapped += s.mapped;
-        out->peak_mapped += s.peak_mapped; /* several chunks: an upper bound, as the other peaks */
-        out->map_calls += s.map_calls;
-        out->unmap_calls += s.unmap_calls;
-        out->alloc_bytes += s.alloc_bytes;
-        out->freed_bytes += s.freed_bytes;
-        out->peak_pages += s.peak_pages; /* several chunks: an upper bound */
-        out->pages_taken += s.pages_taken;
-        out->pages_given += s.pages_given;
-        out->alloc_requested += s.alloc_requested;
-        out->freed_requested += s.freed_requested;
-    }
-    const kind_totals *r = &d->retired_totals[kind];
-    out->alloc_count += r->alloc_count;
-    out->free_count += r->free_count;
-    out->alloc_bytes += r->alloc_bytes;
-    out->freed_bytes += r->freed_bytes;
-    out->alloc_requested += r->alloc_requested;
-    out->freed_requested += r->freed_requested;
-    out->failed_count = atomic_load_explicit(&d->failed[kind], memory_order_relaxed);
-    /* one chunk: exact; several: the sum of their peaks, an upper bound */
-    out->peak_used = peak_used > r->peak_used ? peak_used : r->peak_used;
-    out->peak_requested = peak_requested > r->peak_requested ? peak_requested : r->peak_requested;
-    if (!out->page_size) out->page_size = page_of(d, kind);
-}
-
-/* The budget's lock, for the device's own reads and changes of the budget:
- * a pool's kept block whose pages are still charged gives them first
- * (pool.c, "Deferred discharge"), so the budget reads as if at its free. */
-static void budget_lock(ascm_device *d) {
-    ascm_lock_acquire(&d->lock);
-    ascm_lock_settle(&d->lock);
-}
-
-void ascm_device_budget(ascm_device *d, ascm_budget *out) {
-    budget_lock(d);
-    *out = d->b;
-    ascm_lock_release(&d->lock);
-}
-
-/* Read in one moment under the device lock, which every charged pool takes
- * as its own: no page can change between the two figures.  (Summing the
- * pools' statistics and then reading the budget saw another thread's
- * allocation in between, and Device.check() reported a mismatch that was
- * not there.) */
-void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
-    uint64_t bytes = 0;
-    budget_lock(d);
-    for (int k = 0; k < ASCM_KINDS; k++) {
-        chunk_table *t = ascm_kind(k)->huge ? table_of(d, k) : NULL;
-        for (uint32_t i = 0; t && i < t->n; i++) {
-            const ascm_pool *p = t->c[i].pool; /* a paged pool's kept granules are charged too */
-            bytes += (p->pages_in_use + (p->paging ? p->paging->kept_count : 0)) << p->pshift;
-        }
-    }
-    *charged = d->b.huge_used;
-    ascm_lock_release(&d->lock);
-    *held = bytes;
-}
-
-int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
-    budget_lock(d);
-    uint64_t old = d->b.fixed;
-    d->b.fixed += (uint64_t)delta;
-    int ok = delta <= 0 || fits(&d->b, d->b.huge_used, d->b.normal_used);
-    if (!ok) d->b.fixed = old;
-    ascm_lock_release(&d->lock);
-    return ok ? ASCM_OK : ASCM_ERR_NOMEM;
-}
-
-int ascm_device_set_limit(ascm_device *d, uint64_t limit) {
-    budget_lock(d);
-    d->b.limit = limit;
-    ascm_lock_release(&d->lock);
-    return ASCM_OK;
-}
-
-void ascm_device_reset_peaks(ascm_device *d) {
-    for (int k = 0; k < ASCM_KINDS; k++) {
-        chunk_table *t = table_of(d, k);
-        for (uint32_t i = 0; t && i < t->n; i++) ascm_pool_reset_peaks(t->c[i].pool);
-        d->retired_totals[k].peak_used = d->retired_totals[k].peak_requested = 0;
-    }
-    budget_lock(d);
-    d->b.peak_huge = d->b.huge_used;
-    d->b.peak_normal = d->b.normal_used;
-    ascm_lock_release(&d->lock);
-}

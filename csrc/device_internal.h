@@ -1,0 +1,103 @@
+/* What the device's files share (device.c, device_chunks.c,
+ * device_budget.c): the device itself and its chunk tables.
+ *
+ * Chunks: a kind's memory is one or more chunks, each a pool over a range
+ * taken from an upstream (the OS, the Ascend runtime).  A kind with a grow
+ * hook takes another chunk when its chunks are full, and gives empty chunks
+ * back on request.  The chunk list of a kind is an immutable table swapped
+ * in with one atomic store, so the allocation and free paths read it with no
+ * lock while another thread grows or shrinks the kind; replaced tables and
+ * retired pools are kept until reset or destroy, since a reader may still
+ * hold them (a retired pool is closed: it refuses allocations).
+ */
+#ifndef ASCMEM_DEVICE_INTERNAL_H
+#define ASCMEM_DEVICE_INTERNAL_H
+
+#include "internal.h"
+
+struct ascm_device;
+
+typedef struct charge_ctx {
+    struct ascm_device *dev;
+    int huge; /* charges huge pages (HUGE, DVPP, HUGE1G) or normal ones */
+} charge_ctx;
+
+typedef struct chunk {
+    uint64_t base, size;
+    ascm_pool *pool;
+} chunk;
+
+typedef struct chunk_table {
+    uint64_t generation; /* changes with every table of the kind */
+    uint32_t n;
+    chunk c[ASCM_MAX_CHUNKS];
+} chunk_table;
+
+typedef struct retired { /* kept until reset or destroy: readers may hold it */
+    struct retired *next;
+    chunk_table *table;
+    ascm_pool *pool;
+} retired;
+
+typedef struct kind_totals { /* what retired chunks of a kind had counted */
+    uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
+    uint64_t alloc_count, free_count, peak_used, peak_requested;
+} kind_totals;
+
+struct ascm_device {
+    _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
+    _Atomic int closed; /* beside the tables: the held calls read it every time */
+    uint64_t base[ASCM_KINDS], size[ASCM_KINDS], min_block;
+    int growable[ASCM_KINDS];
+    charge_ctx ctx[ASCM_KINDS];
+    int p2p;
+    int paged;            /* see ascm_device_config */
+    ascm_map_fn map;
+    void *map_ctx;
+    uint64_t granule_min;
+    int host_is_device; /* RC mode: aclrtMallocHost is device memory (route, new_pool: device.c) */
+    uint64_t release_threshold;
+    ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
+    retired *graveyard;
+    /* blocks the Python layer tracks, which the GIL-free free refuses
+     * (ascm_device_guard); under chunks_lock, with their count beside for
+     * the free's lock-free test */
+    ascm_addrset guards;
+    _Atomic uint64_t nguards;
+    kind_totals retired_totals[ASCM_KINDS];
+    /* requests the whole kind failed (a miss in one chunk that another
+     * chunk serves is no failure, so the pools' own counts do not add up) */
+    _Atomic uint64_t failed[ASCM_KINDS];
+    ascm_grow_fn grow;
+    void *grow_ctx;
+    ascm_release_fn release;
+    void *release_ctx;
+    /* the gate (device.c, at the top), away from the fields above */
+    char gate_pad[64];
+    _Atomic uint64_t inflight;
+    _Atomic uint32_t shut;   /* quiesce() calls not yet reopened; closed devices stay shut */
+    ascm_fork_node fork_chunks, fork_budget;
+    /* the budget's lock, which the charged pools take as theirs: written on
+     * every call, so a line of its own, away from the tables read without it */
+    _Alignas(64) ascm_lock lock;
+    ascm_budget b;
+};
+
+/* The pool's page: the kind's, or the unit when that is larger. */
+static inline uint64_t page_of(const ascm_device *d, int kind) {
+    uint64_t page = ascm_kind(kind)->page_size;
+    return page > d->min_block ? page : d->min_block;
+}
+
+static inline chunk_table *table_of(const ascm_device *d, int kind) {
+    return atomic_load_explicit((_Atomic(chunk_table *) *)&d->table[kind], memory_order_acquire);
+}
+
+
+/* A pool over [base, base + size) for kind k: charged to the budget for
+ * device memory, paged on a paged device (device.c). */
+int ascm_device_new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out);
+/* The charge hook of the device's pools (device_budget.c). */
+int ascm_device_charge(void *ctx, int64_t delta);
+
+#endif /* ASCMEM_DEVICE_INTERNAL_H */
