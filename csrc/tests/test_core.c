@@ -688,6 +688,49 @@ static void test_device_chunks(void) {
     ascm_device_destroy(d);
 }
 
+/* aclrtMalloc's default policy is routed inline (device.c, device_try):
+ * the same kinds, sizes and events as the general route, at its edges and
+ * when huge pages run out. */
+static void test_device_default_route(void) {
+    ascm_device_config cfg = {.min_block = 4096};
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
+    cfg.size[ASCM_KIND_HUGE] = 16u << 20;
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 41;
+    cfg.size[ASCM_KIND_NORMAL] = 16u << 20;
+    cfg.budget.reserve = 4u << 20; /* two huge pages, and no growth past them */
+    cfg.budget.shared = 64u << 20;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    const uint64_t mib = 1u << 20;
+    const uint64_t sizes[] = {1, 64, 1000, mib - 64, mib - 32, mib - 31, mib, 3 * mib};
+    int kind, events;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        ascm_route r;
+        uint64_t a, usable;
+        CHECK(ascm_device_route(d, sizes[i], 0, ASCM_SIZE_MALLOC, &r) == ASCM_OK);
+        CHECK(ascm_device_malloc(d, sizes[i], 0, ASCM_SIZE_MALLOC, &a, &kind, &events) == ASCM_OK);
+        CHECK(kind == r.kinds[0] && events == 0);
+        CHECK(kind == (sizes[i] <= mib - 32 ? ASCM_KIND_NORMAL : ASCM_KIND_HUGE));
+        CHECK(ascm_pool_usable_size(ascm_device_pool_at(d, a, NULL), a, &usable) == ASCM_OK);
+        CHECK(usable >= r.rounded && r.rounded == ((sizes[i] + 31) & ~31ull) + 32);
+        CHECK(ascm_device_free(d, a, 0x1F, &kind) == ASCM_OK);
+    }
+    uint64_t h, n;
+    CHECK(ascm_device_malloc(d, 0, 0, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_malloc(d, (1ull << 62) + 1, 0, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_ERR_NOMEM);
+    /* huge pages run out: the second 3 MiB gets normal pages, and says so */
+    CHECK(ascm_device_malloc(d, 3 * mib, 0, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_OK);
+    CHECK(kind == ASCM_KIND_HUGE && events == 0);
+    CHECK(ascm_device_malloc(d, 3 * mib, 0, ASCM_SIZE_MALLOC, &n, &kind, &events) == ASCM_OK);
+    CHECK(kind == ASCM_KIND_NORMAL && events == (ASCM_EVENT_HUGE_FALLBACK | ASCM_EVENT_RESERVE_FULL));
+    CHECK(ascm_device_kind_of(d, n) == ASCM_KIND_NORMAL);
+    CHECK(ascm_device_free(d, n, 0x1F, &kind) == ASCM_OK && kind == ASCM_KIND_NORMAL);
+    CHECK(ascm_device_free(d, h, 0x1F, &kind) == ASCM_OK && kind == ASCM_KIND_HUGE);
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+    ascm_device_destroy(d);
+}
+
 /* A freed large block's discharge is deferred until anything else happens
  * under its lock (pool.c, "Deferred discharge"): nothing may read the pages
  * as still taken -- not a peak, not the budget, not another pool of the
@@ -1226,6 +1269,7 @@ int main(void) {
         {"pool_batch", test_pool_batch},
         {"exhaustion_soak", test_exhaustion_soak},
         {"device_chunks", test_device_chunks},
+        {"device_default_route", test_device_default_route},
         {"check_detects_corruption", test_check_detects_corruption},
         {"device_reset_and_close_under_raw_callers", test_device_reset_and_close_under_raw_callers},
         {"device_guards", test_device_guards},
