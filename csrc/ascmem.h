@@ -136,7 +136,8 @@ void ascm_pool_destroy(ascm_pool *p);
 int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr);
 /* As ascm_pool_alloc, but the block is placed with pad more bytes after it
  * (at most ASCM_MAX_PAD) that are not the caller's: its requested size, the
- * one usable_size-style queries of a device report, stays size. */
+ * one usable_size-style queries of a device report, stays size.
+ * ASCM_ERR_INVAL for a size of 0, or one that wraps past 2^64 with pad. */
 #define ASCM_MAX_PAD 64
 int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr);
 int ascm_pool_free(ascm_pool *p, uint64_t addr);
@@ -155,7 +156,8 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
 /* Hands a live block over to a new request of `requested` bytes, as a free
  * and an allocation would, without the block ever being free: for reuse on
  * the same stream.  ASCM_ERR_INVAL unless the request would get exactly this
- * block's usable size and alignment. */
+ * block's usable size and alignment, and for what ascm_pool_alloc_padded
+ * refuses (nothing changes then). */
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align);
 /* With no live block: gives the spare slabs back and closes the pool (every
  * later allocation fails with ASCM_ERR_NOMEM); returns 1.  Else returns 0. */

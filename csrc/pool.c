@@ -450,7 +450,7 @@ ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint
 }
 
 ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
-    if (pad > ASCM_MAX_PAD || size + pad < size) return ASCM_ERR_INVAL;
+    if (size == 0 || pad > ASCM_MAX_PAD || size + pad < size) return ASCM_ERR_INVAL; /* as ascm_pool_alloc */
     int st = check_request(p, size + pad, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size + pad, size, align, addr, NULL);
@@ -773,7 +773,11 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) {
     ascm_pool_lock(p);
     uint64_t usable, old;
-    int st = pad > ASCM_MAX_PAD ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
+    /* a request whose pad wraps past 2^64 looked like a small one and was
+     * handed the block with a requested size no block has (found in the
+     * thirteenth session's review): refused as ascm_pool_alloc_padded does */
+    int st = requested == 0 || pad > ASCM_MAX_PAD || requested + pad < requested
+                 ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
     if (st == ASCM_OK && (ascm_pool_usable_for(p, requested + pad, align) != usable ||
                           ((addr - p->base) & (align - 1))))
         st = ASCM_ERR_INVAL;

@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t req = take(&data, &size, 3) & ((1ull << shift) - 1);
         uint64_t align = 1ull << (take(&data, &size, 1) % 14);
         int kind, events;
-        switch (op % 15) {
+        switch (op % 16) {
         case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
             if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
                 live[0][slot] = 0;
@@ -234,6 +234,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 live[0][slot] = 0;
                 handles[slot] = 0;
             }
+            break;
+        }
+        case 14: { /* relabel a block, valid or not: sizes near 2^64 whose pad wraps too */
+            uint64_t a = live[0][slot] ? live[0][slot] : req;
+            uint64_t want = (req & 1) ? ~req : req, pad = take(&data, &size, 1) % 80;
+            ascm_pool_relabel(pool, a, want, pad, align);
             break;
         }
         default:

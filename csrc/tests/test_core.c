@@ -731,6 +731,32 @@ static void test_device_default_route(void) {
     ascm_device_destroy(d);
 }
 
+/* Relabel and the padded allocation refuse what ascm_pool_alloc refuses: a
+ * size of 0, and a size whose pad wraps past 2^64 (it looked like a small
+ * request and relabel handed the block over with a requested size no block
+ * has: check() then failed). */
+static void test_pool_refuses_wrapping_requests(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1ull << 40, .size = 64u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    uint64_t a, b, c, n;
+    CHECK(ascm_pool_alloc(p, 64, 64, &a) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 8192 + 1, 64, &b) == ASCM_OK);
+    CHECK(ascm_pool_relabel(p, a, ~0ull - 31, 64, 64) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_relabel(p, b, ~0ull - 4095, 64, 64) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_relabel(p, a, 0, 64, 64) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_relabel(p, a, 1, 65, 64) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_alloc_padded(p, 0, 32, 64, &c) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_alloc_padded(p, ~0ull - 15, 32, 64, &c) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_requested_size(p, a, &n) == ASCM_OK && n == 64);
+    CHECK(ascm_pool_relabel(p, a, 40, 0, 64) == ASCM_OK); /* a valid one still works */
+    CHECK(ascm_pool_requested_size(p, a, &n) == ASCM_OK && n == 40);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK && ascm_pool_free(p, b) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 /* A freed large block's discharge is deferred until anything else happens
  * under its lock (pool.c, "Deferred discharge"): nothing may read the pages
  * as still taken -- not a peak, not the budget, not another pool of the
@@ -1264,6 +1290,7 @@ int main(void) {
         {"device_deferred_discharge", test_device_deferred_discharge},
         {"pool_random", test_pool_random},
         {"pool_handles", test_pool_handles},
+        {"pool_refuses_wrapping_requests", test_pool_refuses_wrapping_requests},
         {"paged_regions", test_paged_regions},
         {"paged_granule_placement", test_paged_granule_placement},
         {"pool_batch", test_pool_batch},
