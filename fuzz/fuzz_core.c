@@ -100,6 +100,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         unsigned shift = (unsigned)take(&data, &size, 1) % 24;
         uint64_t req = take(&data, &size, 3) & ((1ull << shift) - 1);
         uint64_t align = 1ull << (take(&data, &size, 1) % 14);
+        unsigned far = (unsigned)take(&data, &size, 1); /* sizes and addresses near 2^64 too */
+        if (far >= 0xF0) req = ~req;
+        else if (far >= 0xE0) req <<= 40;
         int kind, events;
         switch (op % 16) {
         case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
