@@ -413,7 +413,9 @@ const char *ascm_status_str(int status);
 enum { ASCM_OS_NORMAL = 0, ASCM_OS_THP = 1, ASCM_OS_HUGETLB = 2 };
 /* Reserves size bytes at a multiple of align, touched only when used; with
  * want_huge, explicit huge pages when the OS has them configured, else
- * transparent huge pages advised; *got says which (ASCM_OS_*). */
+ * transparent huge pages advised; *got says which (ASCM_OS_*).
+ * ASCM_ERR_INVAL for a size of 0, an align not a power of two, or a size
+ * that wraps past 2^64 with align; ASCM_ERR_HOSTMEM when the OS refuses. */
 int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got);
 int ascm_os_release(uint64_t addr, uint64_t size);
 /* Frees the memory of a reserved range but keeps its addresses reserved and

@@ -734,7 +734,8 @@ static void test_device_default_route(void) {
 /* Relabel and the padded allocation refuse what ascm_pool_alloc refuses: a
  * size of 0, and a size whose pad wraps past 2^64 (it looked like a small
  * request and relabel handed the block over with a requested size no block
- * has: check() then failed). */
+ * has: check() then failed).  A host reservation whose size wraps with its
+ * alignment is refused too. */
 static void test_pool_refuses_wrapping_requests(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1ull << 40, .size = 64u << 20, .min_block = 4096};
@@ -748,6 +749,9 @@ static void test_pool_refuses_wrapping_requests(void) {
     CHECK(ascm_pool_relabel(p, a, 1, 65, 64) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_alloc_padded(p, 0, 32, 64, &c) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_alloc_padded(p, ~0ull - 15, 32, 64, &c) == ASCM_ERR_INVAL);
+    int got; /* the host range: a size that wraps with its alignment reserved a page before */
+    CHECK(ascm_os_reserve(~0ull - 4095, 8192, 0, &c, &got) == ASCM_ERR_INVAL);
+    CHECK(ascm_os_reserve(~0ull - 4095, 8192, 1, &c, &got) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_requested_size(p, a, &n) == ASCM_OK && n == 64);
     CHECK(ascm_pool_relabel(p, a, 40, 0, 64) == ASCM_OK); /* a valid one still works */
     CHECK(ascm_pool_requested_size(p, a, &n) == ASCM_OK && n == 40);
