@@ -392,7 +392,9 @@ void ascm_device_budget(ascm_device *d, ascm_budget *out);
 /* The huge-page bytes the budget charges and those the device's pools hold,
  * read together (they are equal unless the accounting is broken). */
 void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held);
-/* Takes (delta > 0) or gives back fixed runtime memory from shared. */
+/* Takes (delta > 0) or gives back fixed runtime memory from shared:
+ * ASCM_ERR_NOMEM if the budget has no room, ASCM_ERR_INVAL for giving back
+ * more than is taken (nothing changes then). */
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta);
 int ascm_device_set_limit(ascm_device *d, uint64_t limit);
 /* Peaks (of every pool and of the budget) start again from current use. */

@@ -80,11 +80,18 @@ void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
     budget_lock(d);
     uint64_t old = d->b.fixed;
-    d->b.fixed += (uint64_t)delta;
-    int ok = delta <= 0 || fits(&d->b, d->b.huge_used, d->b.normal_used);
-    if (!ok) d->b.fixed = old;
+    /* more given back than was taken wrapped `fixed` to nearly 2^64, and
+     * every later allocation failed the budget (thirteenth session) */
+    int st = delta < 0 && 0 - (uint64_t)delta > old ? ASCM_ERR_INVAL : ASCM_OK;
+    if (st == ASCM_OK) {
+        d->b.fixed += (uint64_t)delta;
+        if (delta > 0 && !fits(&d->b, d->b.huge_used, d->b.normal_used)) {
+            d->b.fixed = old;
+            st = ASCM_ERR_NOMEM;
+        }
+    }
     ascm_lock_release(&d->lock);
-    return ok ? ASCM_OK : ASCM_ERR_NOMEM;
+    return st;
 }
 
 int ascm_device_set_limit(ascm_device *d, uint64_t limit) {

@@ -839,7 +839,12 @@ static void test_device_deferred_discharge(void) {
     CHECK(ascm_device_free(d, h, 1u << ASCM_KIND_HUGE, &kind) == ASCM_OK);
     CHECK(ascm_device_charge_fixed(d, 5u << 20) == ASCM_OK);
     CHECK(ascm_device_malloc(d, 3u << 20, 1, ASCM_SIZE_MALLOC, &h, &kind, &events) == ASCM_ERR_BUDGET);
+    CHECK(ascm_device_charge_fixed(d, -(int64_t)(5u << 20) - 1) == ASCM_ERR_INVAL); /* more than taken */
+    CHECK(ascm_device_charge_fixed(d, INT64_MIN) == ASCM_ERR_INVAL);
     CHECK(ascm_device_charge_fixed(d, -(int64_t)(5u << 20)) == ASCM_OK);
+    CHECK(ascm_device_charge_fixed(d, -1) == ASCM_ERR_INVAL);
+    ascm_device_budget(d, &b);
+    CHECK(b.fixed == 0);
     for (int k = 0; k < 2; k++) {
         int kinds[2] = {ASCM_KIND_HUGE, ASCM_KIND_NORMAL};
         for (int i = 0; i < ascm_device_chunk_count(d, kinds[k]); i++)
