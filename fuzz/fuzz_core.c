@@ -184,6 +184,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             } else if (slot % 8 == 2 && slot > 40) {
                 ascm_device_close(dev);
                 closed = 1;
+            } else if (slot % 8 == 3) { /* fixed runtime memory taken or given back, any amount */
+                ascm_budget b;
+                ascm_device_budget(dev, &b);
+                uint64_t before = b.fixed;
+                int64_t delta = (int64_t)((req & 1) ? ~req : req) >> (req & 2 ? 0 : 8);
+                int st = ascm_device_charge_fixed(dev, delta);
+                ascm_device_budget(dev, &b);
+                if (st != ASCM_OK ? b.fixed != before : b.fixed != before + (uint64_t)delta) abort();
+                if (st == ASCM_OK && delta < 0 && 0 - (uint64_t)delta > before) abort(); /* more than taken */
             } else {
                 ascm_device_trim(dev);
             }
