@@ -465,7 +465,7 @@ static inline void ascm_pool_unlock(ascm_pool *p) {
 /* A pool whose calls take `lock` (which its owner registers for fork) instead
  * of a lock of its own: a device's pools share the device's budget lock, so
  * that the charge hook, called with the pool lock held, needs no second
- * lock (device.c). */
+ * lock (device_budget.c). */
 int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out);
 static inline int ascm_caches_on(const ascm_pool *p) {
     return __atomic_load_n(&p->caches_on, __ATOMIC_RELAXED);

@@ -1,4 +1,4 @@
-/* The memory kinds of a device: one table for every layer (device.c sizes
+/* The memory kinds of a device: one table for every layer (device*.c size
  * pages and charges from it, pluggable.c picks the aclrtFree kinds, the
  * Python layer reads it through ascm_kind).  Page sizes: CANN hands out huge
  * pages in 2 MB units and 1 GB pages for the HUGE1G policies; normal pages
