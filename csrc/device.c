@@ -233,6 +233,19 @@ static inline int try_kind(ascm_device *d, int kind, uint64_t size, uint64_t pad
     return try_chunks(d, kind, size, pad, align, addr, 1, got);
 }
 
+/* aclrtMalloc's (and acldvppMalloc's) size: ALIGN_UP(size, 32) + 32 (see
+ * route() for the sources). */
+static inline uint64_t malloc_size(uint64_t size) {
+    return ((size + 31) & ~31ull) + 32;
+}
+
+/* HUGE_FIRST's first kind: huge pages above 1 MiB of the rounded size the
+ * runtime is asked for, normal pages below (npu_driver_mem.cc lines
+ * 1035-1056; HUGE_PAGE_MEM_CRITICAL_VALUE, npu_driver_base.hpp 249). */
+static inline int huge_first_kind(uint64_t rounded) {
+    return rounded > MIB ? ASCM_KIND_HUGE : ASCM_KIND_NORMAL;
+}
+
 static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
                         ascm_route *r) {
     if (size == 0) return ASCM_ERR_INVAL;
@@ -248,7 +261,7 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     r->pad = mode == ASCM_SIZE_ALIGN32 ? 32 : 0;
     r->nkinds = 1;
     r->reserve_event = 0;
-    if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) r->rounded += 32;
+    if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) r->rounded = malloc_size(size);
     if (mode == ASCM_SIZE_DVPP) {
         r->kinds[0] = ASCM_KIND_DVPP;
         r->align = 128;
@@ -286,11 +299,9 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     case NORMAL_ONLY_P2P:
         r->kinds[0] = ASCM_KIND_NORMAL;
         return ASCM_OK;
-    default: /* HUGE_FIRST, HUGE_FIRST_P2P and the default route */
-        /* huge pages above 1 MiB of the rounded size the runtime is asked
-         * for, normal pages when there are none (npu_driver_mem.cc lines
-         * 1035-1056; HUGE_PAGE_MEM_CRITICAL_VALUE, npu_driver_base.hpp 249) */
-        if (r->rounded > MIB) {
+    default: /* HUGE_FIRST, HUGE_FIRST_P2P and the default route: normal
+              * pages also when huge ones run out */
+        if (huge_first_kind(r->rounded) == ASCM_KIND_HUGE) {
             r->kinds[0] = ASCM_KIND_HUGE;
             r->kinds[1] = ASCM_KIND_NORMAL;
             r->nkinds = 2;
@@ -341,8 +352,8 @@ static int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode, 
         /* aclrtMalloc's default policy, nearly every request: route()'s
          * default case without the general one (Python Device pair at 64 B
          * 1,322 -> 1,275 instructions) */
-        uint64_t rounded = ((size + 31) & ~31ull) + 32;
-        int k = rounded > MIB ? ASCM_KIND_HUGE : ASCM_KIND_NORMAL;
+        uint64_t rounded = malloc_size(size);
+        int k = huge_first_kind(rounded);
         *kind = k;
         int st = try_kind(d, k, rounded, 0, 64, addr);
         if (ASCM_LIKELY(st == ASCM_OK) || k == ASCM_KIND_NORMAL) return st;
