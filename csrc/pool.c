@@ -41,11 +41,12 @@
  * block's discharge, as it would have anyway; no peak or limit is read).
  * What anyone can read is then as if the pages had been given and taken
  * again: the pages in use, the budget and their peaks are the same (the
- * peak was already reached before the free).  Only the running totals pages_taken and
- * pages_given skip the round trip, as PyTorch's reserved-bytes totals do
- * for a block its cache hands out again.  Paged pools give at once (their
- * granules are mapped and unmapped through hooks), and so do pools with a
- * charge hook of their creator's, which may read its total at any time.
+ * peak was already reached before the free).  Only the running totals
+ * pages_taken and pages_given skip the round trip, as PyTorch's
+ * reserved-bytes totals do for a block its cache hands out again.  Paged
+ * pools give at once (their granules are mapped and unmapped through
+ * hooks), and so do pools with a charge hook of their creator's, which may
+ * read its total at any time.
  */
 #include "internal.h"
 
@@ -449,8 +450,16 @@ ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint
     return st;
 }
 
+/* A padded request refused before anything is looked at: a size of 0 (as
+ * ascm_pool_alloc), a pad over ASCM_MAX_PAD, or one that wraps past 2^64
+ * (relabel handed such a request a small block, found in the thirteenth
+ * session). */
+static inline int bad_padded(uint64_t size, uint64_t pad) {
+    return size == 0 || pad > ASCM_MAX_PAD || size + pad < size;
+}
+
 ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
-    if (size == 0 || pad > ASCM_MAX_PAD || size + pad < size) return ASCM_ERR_INVAL; /* as ascm_pool_alloc */
+    if (bad_padded(size, pad)) return ASCM_ERR_INVAL;
     int st = check_request(p, size + pad, align);
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size + pad, size, align, addr, NULL);
@@ -773,11 +782,7 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) {
     ascm_pool_lock(p);
     uint64_t usable, old;
-    /* a request whose pad wraps past 2^64 looked like a small one and was
-     * handed the block with a requested size no block has (found in the
-     * thirteenth session's review): refused as ascm_pool_alloc_padded does */
-    int st = requested == 0 || pad > ASCM_MAX_PAD || requested + pad < requested
-                 ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
+    int st = bad_padded(requested, pad) ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
     if (st == ASCM_OK && (ascm_pool_usable_for(p, requested + pad, align) != usable ||
                           ((addr - p->base) & (align - 1))))
         st = ASCM_ERR_INVAL;
