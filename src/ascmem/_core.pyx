@@ -253,6 +253,13 @@ cdef object _u64_array(object values, str what):
     return np.ascontiguousarray(arr.reshape(-1), dtype=np.uint64)
 
 
+cdef _not_picklable(obj, str why):
+    """The TypeError of pickle and copy for an object whose state is this
+    process's (Pool, BuddyAllocator, Device)."""
+    return TypeError(f"{type(obj).__name__} cannot be pickled or copied: {why}; make one in "
+                     f"each process")
+
+
 cdef inline uint64_t _align(object align) except? 0xFFFFFFFFFFFFFFFF:
     if align is 64:  # the default (a cached int): no conversion call
         return 64
@@ -344,8 +351,7 @@ cdef class Pool:
         self.release_threshold = cfg.release_threshold
 
     def __reduce__(self):
-        raise TypeError(f"{type(self).__name__} cannot be pickled or copied: its pool state "
-                        f"lives in C memory of this process; make one in each process")
+        raise _not_picklable(self, "its pool state lives in C memory of this process")
 
     def __dealloc__(self):
         if self._p is not NULL:
@@ -542,8 +548,7 @@ cdef class BuddyAllocator:
         self.min_block = m
 
     def __reduce__(self):
-        raise TypeError(f"{type(self).__name__} cannot be pickled or copied: its allocator state "
-                        f"lives in C memory of this process; make one in each process")
+        raise _not_picklable(self, "its allocator state lives in C memory of this process")
 
     def __dealloc__(self):
         if self._b is not NULL:

@@ -90,8 +90,7 @@ cdef class Device(_DeviceReadout):
         _live_devices.add(self)
 
     def __reduce__(self):
-        raise TypeError("Device cannot be pickled or copied: its memory and runtime belong to this "
-                        "process; make a Device in each process")
+        raise _not_picklable(self, "its memory and runtime belong to this process")
 
     def __dealloc__(self):
         # In a reference cycle the collector may have cleared _parts (None)
