@@ -198,7 +198,11 @@ void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);
 /* Batch calls: one lock for the whole batch.  alloc_many stops at the first
  * failure and returns its status with *done set to how many succeeded;
  * free_many frees every valid address and returns the first error seen, with
- * *done counting the successful frees. */
+ * *done counting the successful frees.  Every 256 blocks a batch hands the
+ * lock to a thread waiting for it; if that thread resets the pool, which
+ * frees what the batch did so far, alloc_many starts again (every address it
+ * returns is then from after the reset) and free_many stops, counting the
+ * addresses left as freed. */
 int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t align,
                          uint64_t *addrs, size_t *done);
 int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done);

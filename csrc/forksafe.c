@@ -39,6 +39,10 @@ static void parent(void) {
 
 static void child(void) {
     release_all();
+    /* nor do the threads that waited for a lock (a holder hands over to them) */
+    for (int r = 0; r < ASCM_FORK_RANKS; r++)
+        for (ascm_fork_node *n = heads[r].next; n != &heads[r]; n = n->next)
+            atomic_store_explicit(&n->lock->waiters, 0, memory_order_relaxed);
     /* threads counted inside a structure in the parent do not exist here */
     for (int r = 0; r < ASCM_FORK_RANKS; r++)
         for (ascm_fork_node *n = heads[r].next; n != &heads[r]; n = n->next)

@@ -629,15 +629,24 @@ ASCM_ENTRY int ascm_pool_free(ascm_pool *p, uint64_t addr) {
  * lookup by address happens inside alloc_many, so the delay is invisible. */
 #define BATCH_AHEAD 8u
 
-/* Batches let go of the lock every BATCH_SLICE blocks, so that no thread
- * waits longer than that for it: a Python thread that allocates waits with
- * the GIL held (about 30 us at most, against ~20 ms for a whole batch of
- * 100,000 blocks). */
+/* Batches hand the lock over to any thread waiting for it every BATCH_SLICE
+ * blocks, so that none waits longer than that: a Python thread that
+ * allocates waits with the GIL held (tens of microseconds, against ~20 ms
+ * for a whole batch of 100,000 blocks). */
 #define BATCH_SLICE 256u
 
-static inline void batch_breathe(ascm_pool *p) {
-    ascm_pool_unlock(p);
-    ascm_pool_lock(p);
+static inline int batch_waited_for(const ascm_pool *p) {
+    return p->lock_at && ascm_lock_waited_for(p->lock_at);
+}
+
+/* The hand-over; 1 if the waiter reset the pool, which freed every block
+ * the batch had dealt with (*resets: the count of resets the batch knows). */
+static int batch_hand_over(ascm_pool *p, uint64_t *resets) {
+    ascm_lock_hand_over(p->lock_at);
+    ascm_lock_settle(p->domain);
+    if (p->resets == *resets) return 0;
+    *resets = p->resets;
+    return 1;
 }
 
 int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t align,
@@ -648,13 +657,17 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
     uint32_t head = 0, pending = 0;
     size_t breathe_at = BATCH_SLICE;
     ascm_pool_lock(p);
+    uint64_t resets = p->resets;
     for (; i < n; i++) {
         uint32_t node;
-        if (ASCM_UNLIKELY(i == breathe_at)) { /* the map must be whole before anyone else looks */
+        if (ASCM_UNLIKELY(i == breathe_at) && (breathe_at += BATCH_SLICE, batch_waited_for(p))) {
+            /* the map must be whole before anyone else looks */
             for (; pending; pending--, head = (head + 1) % BATCH_AHEAD)
                 ascm_map_put(&p->blocks, ring[head].key - 1, ring[head].value);
-            batch_breathe(p);
-            breathe_at += BATCH_SLICE;
+            if (batch_hand_over(p, &resets)) { /* the blocks so far are gone: start again */
+                i = 0;
+                breathe_at = BATCH_SLICE;
+            }
         }
         st = check_request(p, sizes[i], align);
         if (st == ASCM_OK) st = alloc_locked(p, sizes[i], sizes[i], align, &addrs[i], &node, pending, NULL);
@@ -703,11 +716,13 @@ int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *d
     int first_error = ASCM_OK;
     size_t ok = 0, breathe_at = BATCH_SLICE;
     ascm_pool_lock(p);
+    uint64_t resets = p->resets;
     for (size_t i = 0; i < n && i < BATCH_AHEAD; i++) prefetch_free(p, addrs[i]);
     for (size_t i = 0; i < n; i++) {
-        if (ASCM_UNLIKELY(i == breathe_at)) {
-            batch_breathe(p);
-            breathe_at += BATCH_SLICE;
+        if (ASCM_UNLIKELY(i == breathe_at) && (breathe_at += BATCH_SLICE, batch_waited_for(p)) &&
+            batch_hand_over(p, &resets)) {
+            ok += n - i; /* the reset freed the rest */
+            break;
         }
         if (i + BATCH_AHEAD < n) prefetch_free(p, addrs[i + BATCH_AHEAD]);
         if (i + BATCH_AHEAD / 2 < n) prefetch_meta(p, addrs[i + BATCH_AHEAD / 2]);
@@ -742,6 +757,7 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
 
 void ascm_pool_reset(ascm_pool *p) {
     int whole = ascm_pool_lock_whole(p);
+    p->resets++; /* a batch that handed the lock over starts again (alloc_many) */
     if (p->paging)
         ascm_paging_reset(p->paging, p->charge, p->charge_ctx, p->pages_in_use);
     else if (p->pages_in_use && p->charge)

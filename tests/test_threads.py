@@ -262,3 +262,54 @@ def test_check_while_other_threads_allocate_is_never_a_false_alarm(config):
     assert checks[0] > 10
     d.check()
     d.close()
+
+
+def test_batches_racing_resets_return_only_live_blocks_and_let_others_in():
+    """alloc_many and free_many release the GIL and hand the pool lock to a
+    waiting thread every 256 blocks (the C test test_batches.c shows that the
+    waiter gets in mid-batch).  Here one thread runs batches, one resets the
+    pool now and then and one makes single pairs: every batch that returns
+    holds distinct blocks (a reset in the middle restarts it), and the pool
+    is whole at the end."""
+    pool = ascmem.Pool(8 << 30, base=BASE)
+    stop = threading.Event()
+    errors, singles, resets, batches = [], [0], [0], [0]
+    sizes = np.random.default_rng(21).integers(64, 200_000, 20_000)
+
+    def batcher():
+        try:
+            while not stop.is_set():
+                addrs = pool.alloc_many(sizes)
+                assert len(np.unique(addrs)) == len(addrs)
+                try:
+                    pool.free_many(addrs)
+                except ascmem.InvalidFreeError:
+                    pass  # a reset came between the two calls: the blocks were gone
+                batches[0] += 1
+        except Exception as exc:
+            errors.append(exc)
+
+    def resetter():
+        while not stop.is_set():
+            stop.wait(0.01)
+            pool.reset()
+            resets[0] += 1
+
+    def single():
+        try:
+            while not stop.is_set():
+                a = pool.alloc(100)
+                try:
+                    pool.free(a)
+                except ascmem.InvalidFreeError:
+                    pass  # a reset came in between
+                singles[0] += 1
+        except Exception as exc:
+            errors.append(exc)
+
+    run_for(1.0, stop, [threading.Thread(target=f) for f in (batcher, resetter, single)])
+    assert not errors, errors
+    assert batches[0] > 0 and resets[0] > 0 and singles[0] > 0
+    pool.reset()
+    pool.check()
+    assert pool.stats()["live_count"] == 0
