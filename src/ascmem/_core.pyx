@@ -413,7 +413,9 @@ cdef class Pool:
         return n
 
     def alloc_many(self, sizes, align=64):
-        """Allocates every size (all or nothing); returns a uint64 array."""
+        """Allocates every size (all or nothing); returns a uint64 array.
+        Runs without the GIL; every 256 blocks a thread waiting for the pool
+        gets it, and if that thread resets the pool the batch starts again."""
         cdef uint64_t al = _align(align)
         cdef const uint64_t[::1] sz = _sizes_array(sizes)
         np = _numpy()
@@ -439,7 +441,9 @@ cdef class Pool:
 
     def free_many(self, addrs):
         """Frees every address; raises InvalidFreeError after freeing the
-        valid ones if any address was not a live block."""
+        valid ones if any address was not a live block.  Runs without the
+        GIL, letting a waiting thread in every 256 blocks; a reset by it
+        frees the rest."""
         cdef const uint64_t[::1] a = _u64_array(addrs, "addresses")
         cdef size_t done = 0, n = a.shape[0]
         cdef int st = ASCM_OK
