@@ -162,6 +162,9 @@ int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t 
 /* With no live block: gives the spare slabs back and closes the pool (every
  * later allocation fails with ASCM_ERR_NOMEM); returns 1.  Else returns 0. */
 int ascm_pool_close_if_empty(ascm_pool *p);
+/* Frees every block (as ascm_pool_reset) and closes the pool, in one step:
+ * no call of another thread comes between. */
+void ascm_pool_close(ascm_pool *p);
 /* Paged pools: a live large block (over 32 KiB, or aligned past the unit)
  * stops holding its granules -- they are unmapped where no other live block
  * needs them, and discharged, at once (the release threshold keeps none of

@@ -755,8 +755,8 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
     return addr >= p->base && addr - p->base < p->size;
 }
 
-void ascm_pool_reset(ascm_pool *p) {
-    int whole = ascm_pool_lock_whole(p);
+/* The pool lock held (whole): every block freed, the statistics from zero. */
+static void reset_locked(ascm_pool *p) {
     p->resets++; /* a batch that handed the lock over starts again (alloc_many) */
     if (p->paging)
         ascm_paging_reset(p->paging, p->charge, p->charge_ctx, p->pages_in_use);
@@ -775,7 +775,23 @@ void ascm_pool_reset(ascm_pool *p) {
     p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;
     p->alloc_bytes = p->freed_bytes = p->alloc_requested = p->freed_requested = 0;
     p->peak_pages = p->pages_taken = p->pages_given = 0;
+}
+
+void ascm_pool_reset(ascm_pool *p) {
+    int whole = ascm_pool_lock_whole(p);
+    reset_locked(p);
     p->closed = 0;
+    ascm_pool_unlock_whole(p, whole);
+}
+
+/* The reset and the closing in one hold of the lock: as a reset followed by
+ * ascm_pool_close_if_empty, a batch handed the lock between them allocated
+ * again and the pool stayed open. */
+void ascm_pool_close(ascm_pool *p) {
+    int whole = ascm_pool_lock_whole(p);
+    reset_locked(p);
+    if (p->paging) ascm_paging_trim(p->paging, p->charge, p->charge_ctx); /* kept granules too */
+    p->closed = 1;
     ascm_pool_unlock_whole(p, whole);
 }
 

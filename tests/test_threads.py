@@ -313,3 +313,37 @@ def test_batches_racing_resets_return_only_live_blocks_and_let_others_in():
     pool.reset()
     pool.check()
     assert pool.stats()["live_count"] == 0
+
+
+def test_close_while_another_thread_runs_batches_closes_the_pool():
+    """close() frees every block and closes the pool in one step.  It was a
+    reset and then a close-if-empty: a batch of another thread, handed the
+    lock between the two, allocated again and the pool stayed open, though
+    the Python object said closed.  Now the batch fails with ClosedError and
+    nothing stays allocated."""
+    sizes = np.random.default_rng(5).integers(64, 200_000, 50_000)
+    for _ in range(3):
+        pool = ascmem.Pool(8 << 30, base=BASE)
+        started, outcome = threading.Event(), []
+
+        def batcher():
+            try:
+                while True:
+                    started.set()
+                    pool.free_many(pool.alloc_many(sizes))
+            except ascmem.ClosedError:
+                outcome.append("closed")
+            except Exception as exc:
+                outcome.append(exc)
+
+        th = threading.Thread(target=batcher)
+        th.start()
+        started.wait()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # the batch's blocks, if any, are dropped
+            pool.close()
+        th.join()
+        assert outcome == ["closed"]
+        assert pool.stats()["live_count"] == 0
+        with pytest.raises(ascmem.ClosedError):
+            pool.alloc(64)

@@ -183,10 +183,49 @@ static void test_a_reset_in_a_hand_over(void) {
     CHECK(entered[ALLOC] && entered[FREE]);
 }
 
+/* A close is a reset and the closing in one step: made in a hand-over, the
+ * batch, starting again, finds the pool closed.  (Python's close was a
+ * reset, then a close-if-empty: a batch handed the lock between the two
+ * allocated again, and the pool stayed open.) */
+static void *one_close(void *arg) {
+    (void)arg;
+    if (!wait_for_batch()) return NULL;
+    ascm_pool_close(pool);
+    atomic_store(&other_done, 1);
+    return NULL;
+}
+
+static void test_a_close_in_a_hand_over(void) {
+    draw_sizes();
+    int entered = 0;
+    for (int attempt = 0; attempt < ATTEMPTS && !entered; attempt++) {
+        pool = make_pool();
+        size_t done = N;
+        start_round();
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, one_close, NULL) == 0);
+        int st = ascm_pool_alloc_many(pool, sizes, N, 64, addrs, &done);
+        atomic_store(&batch_over, 1);
+        pthread_join(t, NULL);
+        ascm_stats s;
+        ascm_pool_stats(pool, &s);
+        if (st != ASCM_OK) { /* closed part-way (else it closed after the batch) */
+            entered = 1;
+            CHECK(st == ASCM_ERR_NOMEM && done == 0);
+        }
+        uint64_t a;
+        CHECK(s.live_count == 0 && ascm_pool_alloc(pool, 64, 64, &a) == ASCM_ERR_NOMEM);
+        POOL_OK(pool);
+        ascm_pool_destroy(pool);
+    }
+    CHECK(entered);
+}
+
 int main(void) {
     static const test_case tests[] = {
         {"batches_hand_the_lock_over", test_batches_hand_the_lock_over},
         {"a_reset_in_a_hand_over", test_a_reset_in_a_hand_over},
+        {"a_close_in_a_hand_over", test_a_close_in_a_hand_over},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

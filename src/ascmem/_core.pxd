@@ -177,6 +177,7 @@ cdef extern from "ascmem.h" nogil:
     void *ascm_acl_allocator_handle(int slot)
     void ascm_pool_reset_peaks(ascm_pool *p)
     int ascm_pool_close_if_empty(ascm_pool *p)
+    void ascm_pool_close(ascm_pool *p)
     uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
     int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad,
                           uint64_t align)

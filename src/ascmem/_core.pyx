@@ -491,9 +491,8 @@ cdef class Pool:
         if self._closed:
             return
         _warn_leaks("Pool", self._p, None)
-        ascm_pool_reset(self._p)
-        ascm_pool_close_if_empty(self._p)  # empty now: allocations refused from here on
-        self._closed = True
+        self._closed = True  # first: a batch of another thread that fails now says "closed"
+        ascm_pool_close(self._p)  # one step: no batch's hand-over comes between the reset and closing
 
     def __enter__(self):
         return self
