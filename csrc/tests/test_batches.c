@@ -1,7 +1,7 @@
 /* Batches under other threads: alloc_many and free_many hand the pool lock to
- * a thread that waits for it, and a reset that thread makes in the middle is
- * seen (pool.c, "batch_hand_over").  Run by `make -C csrc test` under ASan
- * and UBSan, and by `make -C csrc tsan` under ThreadSanitizer.
+ * a thread that waits for it, and a reset or close that thread makes in the
+ * middle is seen (pool.c, batch_hand_over).  Run by `make -C csrc test` under
+ * ASan and UBSan, and by `make -C csrc tsan` under ThreadSanitizer.
  *
  * Each test learns where the batch is from the pool's charge hook, which the
  * batch calls under the lock whenever it takes or gives pages: so the other
