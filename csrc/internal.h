@@ -77,7 +77,7 @@ void ascm_lock_slow(ascm_lock *l);
 /* For a holder part-way through a long call (a batch): lets a waiting thread
  * take the lock, then takes it again.  Releasing and taking it again at once
  * let no one in: a waiter polls between pauses, and the holder was always
- * first (a single allocation waited 27-40 ms behind batches of 100,000
+ * first (a single allocation waited 22-168 ms behind batches of 100,000
  * blocks).  Waits a bounded time for the hand-over. */
 void ascm_lock_hand_over(ascm_lock *l);
 static inline int ascm_lock_waited_for(ascm_lock *l) {

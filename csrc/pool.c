@@ -655,18 +655,18 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
     size_t i = 0;
     ascm_map_entry ring[BATCH_AHEAD]; /* stored keys: unit + 1 */
     uint32_t head = 0, pending = 0;
-    size_t breathe_at = BATCH_SLICE;
+    size_t hand_over_at = BATCH_SLICE;
     ascm_pool_lock(p);
     uint64_t resets = p->resets;
     for (; i < n; i++) {
         uint32_t node;
-        if (ASCM_UNLIKELY(i == breathe_at) && (breathe_at += BATCH_SLICE, batch_waited_for(p))) {
+        if (ASCM_UNLIKELY(i == hand_over_at) && (hand_over_at += BATCH_SLICE, batch_waited_for(p))) {
             /* the map must be whole before anyone else looks */
             for (; pending; pending--, head = (head + 1) % BATCH_AHEAD)
                 ascm_map_put(&p->blocks, ring[head].key - 1, ring[head].value);
             if (batch_hand_over(p, &resets)) { /* the blocks so far are gone: start again */
                 i = 0;
-                breathe_at = BATCH_SLICE;
+                hand_over_at = BATCH_SLICE;
             }
         }
         st = check_request(p, sizes[i], align);
@@ -714,12 +714,12 @@ ASCM_PREFETCHER void prefetch_meta(const ascm_pool *p, uint64_t addr) {
 
 int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *done) {
     int first_error = ASCM_OK;
-    size_t ok = 0, breathe_at = BATCH_SLICE;
+    size_t ok = 0, hand_over_at = BATCH_SLICE;
     ascm_pool_lock(p);
     uint64_t resets = p->resets;
     for (size_t i = 0; i < n && i < BATCH_AHEAD; i++) prefetch_free(p, addrs[i]);
     for (size_t i = 0; i < n; i++) {
-        if (ASCM_UNLIKELY(i == breathe_at) && (breathe_at += BATCH_SLICE, batch_waited_for(p)) &&
+        if (ASCM_UNLIKELY(i == hand_over_at) && (hand_over_at += BATCH_SLICE, batch_waited_for(p)) &&
             batch_hand_over(p, &resets)) {
             ok += n - i; /* the reset freed the rest */
             break;
