@@ -1,9 +1,9 @@
 /* How long a single allocation waits for the pool lock while another thread
  * runs batches (`make -C benchmarks/c batch-wait`).  One thread runs ROUNDS
  * of alloc_many + free_many of BATCH_N mixed sizes (workload.h); another
- * makes 64-byte pairs back to back and times each.  Printed: its pairs, its
- * longest wait, how many waits were over 100 us and over 1 ms, and the
- * longest batch pair.  A batch hands the lock to a waiter every 256 blocks
+ * makes 64-byte pairs back to back and times each.  Printed, a `name value`
+ * line each (`ascmem bench` reads them): its pairs, its longest wait, how
+ * many waits were over 100 us and over 1 ms, and the longest batch pair.  A batch hands the lock to a waiter every 256 blocks
  * (pool.c), so the waits should be a slice's length, not a batch's. */
 #define _POSIX_C_SOURCE 199309L
 #include "ascmem.h"
@@ -32,7 +32,7 @@ static void *single_pairs(void *arg) {
         over_100us += d > 1e-4;
         over_1ms += d > 1e-3;
     }
-    printf("single pairs %ld, longest wait %.0f us, waits over 100 us %ld, over 1 ms %ld\n", pairs,
+    printf("single_pairs %ld\nlongest_wait_us %.0f\nwaits_over_100us %ld\nwaits_over_1ms %ld\n", pairs,
            worst * 1e6, over_100us, over_1ms);
     return NULL;
 }
@@ -55,7 +55,7 @@ int main(void) {
     }
     atomic_store(&stop, 1);
     pthread_join(t, NULL);
-    printf("longest batch pair (%d blocks) %.1f ms\n", BATCH_N, longest * 1e3);
+    printf("batch_blocks %d\nlongest_batch_pair_ms %.1f\n", BATCH_N, longest * 1e3);
     ascm_pool_destroy(pool);
     return 0;
 }

@@ -194,9 +194,10 @@ def _unpin():
 def c_threads(runs):
     """Runs benchmarks/c's multi-thread workloads (threads.h: 1, 2 and as many
     threads as the machine has on one pool, on one Device, and OffsetAllocator
-    behind a mutex; steady state and producer-consumer) when the source tree,
-    make and compilers are here.  Returns {backend: {figure: pairs per
-    second}} or None."""
+    behind a mutex; steady state and producer-consumer), and a thread's single
+    pairs beside another's batches (bench_batch_wait.c), when the source
+    tree, make and compilers are here.  Returns {backend: {figure: value}}
+    or None."""
     root = os.path.normpath(os.path.join(HERE, "..", ".."))
     bench_dir = os.path.join(root, "benchmarks", "c")
     if not (os.path.exists(os.path.join(bench_dir, "threads.h")) and shutil.which("make")):
@@ -214,6 +215,10 @@ def c_threads(runs):
                            f"PYTHON={sys.executable}"], capture_output=True, text=True)
     if peer.returncode == 0:
         runs_of["OffsetAllocator + mutex"] = ["peer_threads", str(runs)]
+    waits = subprocess.run(["make", "-s", "-C", bench_dir, "bench_batch_wait",
+                            f"PYTHON={sys.executable}"], capture_output=True, text=True)
+    if waits.returncode == 0:
+        runs_of["single pairs beside batches"] = ["bench_batch_wait"]
     out = {}
     for name, cmd in runs_of.items():
         # every CPU this process had before main() pinned it to one: threads
@@ -348,6 +353,7 @@ def _run(args):
         print("\nthreads on one allocator, million pairs per second (in all / per thread; "
               "in brackets, the median of same-round quotients to one thread); "
               "producer-consumer: one thread allocates, another frees")
+        beside = threads.pop("single pairs beside batches", None)
         for name, r in threads.items():
             counts = sorted({int(k.split("_")[1]) for k in r if k.startswith("steady_")})
             cells = [f"{n} thr {r[f'steady_{n}_threads_pairs_per_s'] / 1e6:.2f} / "
@@ -356,6 +362,11 @@ def _run(args):
                       if f"steady_{n}_threads_scaling" in r else "") for n in counts]
             print(f"  {name:36s}" + "; ".join(cells) +
                   f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}")
+        if beside:  # batches hand the lock to a waiting thread every 256 blocks (pool.c)
+            threads["single pairs beside batches"] = beside
+            print(f"  a thread's 64 B pairs beside another's batches of {beside['batch_blocks']:,.0f} "
+                  f"blocks: {beside['single_pairs']:,.0f} pairs, longest wait "
+                  f"{beside['longest_wait_us'] / 1e3:.1f} ms ({beside['waits_over_1ms']:.0f} over 1 ms)")
 
     host = host_buffers(20 if args.quick else 200, 3 if args.quick else 7)
     figures["host_buffer_ns"] = host
