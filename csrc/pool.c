@@ -635,7 +635,11 @@ ASCM_ENTRY int ascm_pool_free(ascm_pool *p, uint64_t addr) {
  * for a whole batch of 100,000 blocks). */
 #define BATCH_SLICE 256u
 
-static inline int batch_waited_for(const ascm_pool *p) {
+/* At block i: whether a slice ends there (*at moves on to the next) with a
+ * thread waiting for the lock. */
+static inline int batch_hand_over_due(const ascm_pool *p, size_t i, size_t *at) {
+    if (ASCM_LIKELY(i != *at)) return 0;
+    *at += BATCH_SLICE;
     return p->lock_at && ascm_lock_waited_for(p->lock_at);
 }
 
@@ -660,7 +664,7 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
     uint64_t resets = p->resets;
     for (; i < n; i++) {
         uint32_t node;
-        if (ASCM_UNLIKELY(i == hand_over_at) && (hand_over_at += BATCH_SLICE, batch_waited_for(p))) {
+        if (batch_hand_over_due(p, i, &hand_over_at)) {
             /* the map must be whole before anyone else looks */
             for (; pending; pending--, head = (head + 1) % BATCH_AHEAD)
                 ascm_map_put(&p->blocks, ring[head].key - 1, ring[head].value);
@@ -719,8 +723,7 @@ int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *d
     uint64_t resets = p->resets;
     for (size_t i = 0; i < n && i < BATCH_AHEAD; i++) prefetch_free(p, addrs[i]);
     for (size_t i = 0; i < n; i++) {
-        if (ASCM_UNLIKELY(i == hand_over_at) && (hand_over_at += BATCH_SLICE, batch_waited_for(p)) &&
-            batch_hand_over(p, &resets)) {
+        if (batch_hand_over_due(p, i, &hand_over_at) && batch_hand_over(p, &resets)) {
             ok += n - i; /* the reset freed the rest */
             break;
         }

@@ -129,6 +129,12 @@ def host_buffers(number, repeat):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def _made(bench_dir, target):
+    """Builds a benchmarks/c target with make; whether it was built."""
+    return subprocess.run(["make", "-s", "-C", bench_dir, target, f"PYTHON={sys.executable}"],
+                          capture_output=True, text=True).returncode == 0
+
+
 def _run_pinned(exe, runs):
     cmd = [exe, str(runs)]
     if shutil.which("taskset"):
@@ -156,9 +162,7 @@ def c_core(runs, peer=True):
         return None
     offset = None
     if peer and shutil.which("make") and shutil.which(os.environ.get("CXX", "c++")):
-        built = subprocess.run(["make", "-s", "-C", bench_dir, "bench_offset",
-                                f"PYTHON={sys.executable}"], capture_output=True, text=True)
-        if built.returncode == 0:
+        if _made(bench_dir, "bench_offset"):
             offset = os.path.join(bench_dir, "bench_offset")
     with tempfile.TemporaryDirectory() as tmp:
         exe, exe_handle = os.path.join(tmp, "bench_core"), os.path.join(tmp, "bench_core_handle")
@@ -191,6 +195,9 @@ def _unpin():
         os.sched_setaffinity(0, _CPUS)
 
 
+BESIDE_BATCHES = "single pairs beside batches"  # c_threads' entry from bench_batch_wait.c
+
+
 def c_threads(runs):
     """Runs benchmarks/c's multi-thread workloads (threads.h: 1, 2 and as many
     threads as the machine has on one pool, on one Device, and OffsetAllocator
@@ -202,23 +209,17 @@ def c_threads(runs):
     bench_dir = os.path.join(root, "benchmarks", "c")
     if not (os.path.exists(os.path.join(bench_dir, "threads.h")) and shutil.which("make")):
         return None
-    built = subprocess.run(["make", "-s", "-C", bench_dir, "bench_threads",
-                            f"PYTHON={sys.executable}"], capture_output=True, text=True)
-    if built.returncode:
+    if not _made(bench_dir, "bench_threads"):
         return None
     runs_of = {"ascmem pool": ["bench_threads", str(runs)],
                "ascmem pool, caches on": ["bench_threads", str(runs), "cached"],
                "ascmem pool, caches on, slab sizes": ["bench_threads", str(runs), "cached", "small"],
                "ascmem pool, slab sizes": ["bench_threads", str(runs), "small"],
                "ascmem device": ["bench_threads", str(runs), "device"]}
-    peer = subprocess.run(["make", "-s", "-C", bench_dir, "peer_threads",
-                           f"PYTHON={sys.executable}"], capture_output=True, text=True)
-    if peer.returncode == 0:
+    if _made(bench_dir, "peer_threads"):
         runs_of["OffsetAllocator + mutex"] = ["peer_threads", str(runs)]
-    waits = subprocess.run(["make", "-s", "-C", bench_dir, "bench_batch_wait",
-                            f"PYTHON={sys.executable}"], capture_output=True, text=True)
-    if waits.returncode == 0:
-        runs_of["single pairs beside batches"] = ["bench_batch_wait"]
+    if _made(bench_dir, "bench_batch_wait"):
+        runs_of[BESIDE_BATCHES] = ["bench_batch_wait"]
     out = {}
     for name, cmd in runs_of.items():
         # every CPU this process had before main() pinned it to one: threads
@@ -353,8 +354,9 @@ def _run(args):
         print("\nthreads on one allocator, million pairs per second (in all / per thread; "
               "in brackets, the median of same-round quotients to one thread); "
               "producer-consumer: one thread allocates, another frees")
-        beside = threads.pop("single pairs beside batches", None)
         for name, r in threads.items():
+            if name == BESIDE_BATCHES:  # not pairs per second: printed below
+                continue
             counts = sorted({int(k.split("_")[1]) for k in r if k.startswith("steady_")})
             cells = [f"{n} thr {r[f'steady_{n}_threads_pairs_per_s'] / 1e6:.2f} / "
                      f"{r[f'steady_{n}_threads_pairs_per_s_per_thread'] / 1e6:.2f}" +
@@ -362,8 +364,8 @@ def _run(args):
                       if f"steady_{n}_threads_scaling" in r else "") for n in counts]
             print(f"  {name:36s}" + "; ".join(cells) +
                   f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}")
+        beside = threads.get(BESIDE_BATCHES)
         if beside:  # batches hand the lock to a waiting thread every 256 blocks (pool.c)
-            threads["single pairs beside batches"] = beside
             print(f"  a thread's 64 B pairs beside another's batches of {beside['batch_blocks']:,.0f} "
                   f"blocks: {beside['single_pairs']:,.0f} pairs, longest wait "
                   f"{beside['longest_wait_us'] / 1e3:.1f} ms ({beside['waits_over_1ms']:.0f} over 1 ms)")
