@@ -35,7 +35,8 @@
  * across boundaries (fuse_run).  Why: in a paged pool a granule is mapped
  * while any live byte is in it; blocks of one size class have similar
  * lifetimes, and mixed in one region the long-lived ones pin granules the
- * short-lived ones leave (the figures are in pool.c).
+ * short-lived ones leave (the figures are in pool_lifecycle.c, which cuts
+ * the range into regions).
  */
 #include "internal.h"
 

@@ -4,9 +4,9 @@
  * leaves, except that up to a release threshold of mapped free granules are
  * kept for reuse (CANN's memory pools keep the same threshold).
  *
- * The pool tells which granules change state (pool.c: page_take / page_give
- * give the contiguous run of pages that gained their first or lost their
- * last live byte); this file decides map, keep or unmap, calls the backend's
+ * The pool tells which granules change state (page_take / page_give in
+ * pool_internal.h give the contiguous run of pages that gained their first
+ * or lost their last live byte); this file decides map, keep or unmap, calls the backend's
  * hook and charges the budget for mapped bytes.  Only kept granules need a
  * bitmap: a granule with a live byte is mapped, one without is mapped iff it
  * is kept.

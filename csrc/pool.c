@@ -48,74 +48,7 @@
  * hooks), and so do pools with a charge hook of their creator's, which may
  * read its total at any time.
  */
-#include "internal.h"
-
-#include <stdlib.h>
-
-/* Takes a reference on the pages of [off, off + bytes); the pages that had
- * no live byte before are the run [*lo, *hi) (interior pages always, edge
- * pages when their count was 0). */
-static inline void page_take(ascm_pool *p, uint64_t off, uint64_t bytes, uint64_t *lo, uint64_t *hi) {
-    uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
-    *lo = first;
-    *hi = last + 1;
-    if (p->page_refs) { /* pages larger than units: edge pages may be shared */
-        if (p->page_refs[first]++ != 0) *lo = first + 1;
-        if (last != first && p->page_refs[last]++ != 0) *hi = last;
-    }
-    if (*hi < *lo) *hi = *lo;
-    p->pages_in_use += *hi - *lo;
-    p->pages_taken += *hi - *lo;
-    if (p->pages_in_use > p->peak_pages) p->peak_pages = p->pages_in_use;
-}
-
-/* Drops the references taken by page_take; [*lo, *hi): the pages left with
- * no live byte. */
-static inline void page_give(ascm_pool *p, uint64_t off, uint64_t bytes, uint64_t *lo, uint64_t *hi) {
-    uint64_t first = off >> p->pshift, last = (off + bytes - 1) >> p->pshift;
-    *lo = first;
-    *hi = last + 1;
-    if (p->page_refs) {
-        if (--p->page_refs[first] != 0) *lo = first + 1;
-        if (last != first && --p->page_refs[last] != 0) *hi = last;
-    }
-    if (*hi < *lo) *hi = *lo;
-    p->pages_in_use -= *hi - *lo;
-    p->pages_given += *hi - *lo;
-}
-
-/* A request in units, and its alignment in units (1: any unit). */
-static inline uint64_t units_for(const ascm_pool *p, uint64_t bytes) {
-    return (bytes + p->gran - 1) >> p->gshift;
-}
-static inline uint64_t align_units_for(const ascm_pool *p, uint64_t align) {
-    return align > p->gran ? align >> p->gshift : 1;
-}
-
-/* Charges the pages of a block the fit path has set aside (a paged pool maps
- * them); on a refusal nothing stays charged or mapped. */
-static inline int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
-    uint64_t off = (uint64_t)blk->off << p->gshift, len = (uint64_t)blk->len << p->gshift, lo, hi;
-    page_take(p, off, len, &lo, &hi);
-    if (hi == lo) return ASCM_OK;
-    int st = ASCM_OK;
-    if (ASCM_UNLIKELY(p->paging != NULL))
-        st = ascm_paging_acquire(p->paging, p->charge, p->charge_ctx, lo, hi, p->pages_in_use);
-    else if (p->charge && p->charge(p->charge_ctx, (int64_t)((hi - lo) << p->pshift)) != 0)
-        st = ASCM_ERR_BUDGET;
-    if (st != ASCM_OK) page_give(p, off, len, &lo, &hi);
-    return st;
-}
-
-static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
-    uint64_t lo, hi;
-    page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift, &lo, &hi);
-    if (hi == lo) return;
-    if (ASCM_UNLIKELY(p->paging != NULL))
-        ascm_paging_release(p->paging, p->charge, p->charge_ctx, lo, hi);
-    else if (p->charge)
-        p->charge(p->charge_ctx, -(int64_t)((hi - lo) << p->pshift));
-}
+#include "pool_internal.h"
 
 /* The lock is held; its deferred pool's kept block gives its pages. */
 void ascm_pool_settle(ascm_lock *domain) {
@@ -124,24 +57,8 @@ void ascm_pool_settle(ascm_lock *domain) {
     discharge_block(p, &p->fit.nodes[p->last_freed]);
 }
 
-/* Paged pools place each size class in a region of the range of its own
- * (fit.c): blocks under a granule and slab storage in the first, then blocks
- * of [1, 2), [2, 4), [4, 8) ... granules, the largest classes sharing the
- * last region.  In a paged pool a granule stays mapped while any live byte
- * is in it; in one region, long-lived blocks pin the granules short-lived
- * blocks of other sizes leave.  Physical efficiency (peak live / peak
- * mapped, `ascmem fit --paged`), plain best fit -> classes, 2 MiB granules:
- * the recorded pipeline 0.886 -> 0.915, batch_inference 0.992 -> 0.998, a CNN
- * training trace 0.971 -> 0.994, every other trace unchanged; at 64 KiB the
- * pipeline 0.992 -> 0.996 and the decoder 0.987 -> 0.990.
- * (scripts/paged_placement_sim.py tries rules before they are written here:
- * a region per exact size below a granule, 0.931 on the pipeline, cost the
- * decoder 0.936 -> 0.702; two regions, under and over a granule, cost
- * resnet50 0.979 -> 0.968.)  A region is at least REGION_GRANULES granules,
- * so small ranges keep one. */
-#define PAGED_REGIONS 16u
-#define REGION_GRANULES 64u
-
+/* The size-class region of a block of `units` in a paged pool (why regions:
+ * pool_lifecycle.c, where the range is cut into them). */
 static inline uint32_t region_for(const ascm_pool *p, uint64_t units) {
     uint64_t granules = units >> (p->pshift - p->gshift);
     uint32_t c = granules ? 1 + ascm_log2_floor(granules) : 0;
@@ -198,6 +115,10 @@ static int lent_to_slab(const void *ctx, uint32_t node, uint64_t off) {
     return ((uint64_t)n->off << p->gshift) == off && !n->is_free && n->is_slab;
 }
 
+ascm_block_source ascm_pool_slab_source(ascm_pool *p) {
+    return (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
+}
+
 /* The kept block, if it is exactly what a large request of size and align
  * would get; charged and out of last_freed. */
 static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t requested,
@@ -220,85 +141,6 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     p->kept_reused = 1;
     blk->slack = (uint32_t)((n << p->gshift) - requested);
     return node;
-}
-
-static uint32_t paged_regions(const ascm_pool *p) {
-    uint64_t regions = (p->size >> p->pshift) / REGION_GRANULES;
-    return regions < 1 ? 1 : regions > PAGED_REGIONS ? PAGED_REGIONS : (uint32_t)regions;
-}
-
-int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {
-    return ascm_pool_create_shared(cfg, NULL, out);
-}
-
-int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out) {
-    *out = NULL;
-    uint64_t gran = cfg->min_block, page = cfg->page_size ? cfg->page_size : cfg->min_block;
-    if (!ascm_is_pow2(gran) || gran > (1ull << 31) || !ascm_is_pow2(page) || cfg->size == 0 ||
-        cfg->size % gran ||
-        cfg->base % gran || cfg->base + cfg->size < cfg->base || (cfg->paged && page < gran))
-        return ASCM_ERR_INVAL;
-    ascm_pool *p = ascm_zalloc_lines(sizeof *p);
-    if (!p) return ASCM_ERR_HOSTMEM;
-    p->base = cfg->base;
-    p->size = cfg->size;
-    p->gran = gran;
-    p->gshift = ascm_log2_floor(gran);
-    p->page_size = page;
-    p->pshift = ascm_log2_floor(page);
-    /* pages are counted relative to base; a base that is not page aligned
-     * shifts page boundaries, which only the caller can decide is right */
-    p->npages = ((cfg->size - 1) >> p->pshift) + 1;
-    p->lock_at = cfg->single_threaded ? NULL : lock ? lock : &p->lock;
-    p->domain = p->lock_at ? p->lock_at : &p->lock;
-    /* a charge hook of the caller's own may be read by others at any time;
-     * a device's hook is read only under the lock its pools share */
-    p->defers = !cfg->paged && (!cfg->charge || lock != NULL);
-    p->charge = cfg->charge;
-    p->charge_ctx = cfg->charge_ctx;
-    p->sgshift = p->gshift > 13 ? p->gshift : 13;
-    uint64_t nunits = cfg->size >> p->gshift;
-    if (nunits >= (1ull << 32) - 1) { /* units, and map keys + 1, are 32-bit */
-        free(p);
-        return ASCM_ERR_INVAL;
-    }
-    if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
-    int maps = ascm_map_init(&p->blocks) == ASCM_OK;
-    if (cfg->paged && ascm_map_init(&p->asleep) != ASCM_OK) maps = 0;
-    if (cfg->paged && (p->paging = malloc(sizeof *p->paging)) != NULL &&
-        ascm_paging_init(p->paging, p->npages, p->base, p->pshift, cfg->release_threshold, cfg->map,
-                         cfg->map_ctx) != ASCM_OK) {
-        ascm_paging_destroy(p->paging);
-        free(p->paging);
-        p->paging = NULL;
-        maps = 0;
-    }
-    if (!maps || (page > gran && !p->page_refs) || (cfg->paged && !p->paging) ||
-        ascm_fit_init(&p->fit, nunits, cfg->paged ? paged_regions(p) : 1) != ASCM_OK) {
-        ascm_pool_destroy(p);
-        return ASCM_ERR_HOSTMEM;
-    }
-    p->slab_storage = (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
-    ascm_slab_init_classes(p);
-    if (p->lock_at == &p->lock) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
-    ascm_tcache_init(p);
-    *out = p;
-    return ASCM_OK;
-}
-
-void ascm_pool_destroy(ascm_pool *p) {
-    if (!p) return;
-    if (p->domain && p->domain->deferred == p) p->domain->deferred = NULL; /* a shared lock outlives it */
-    ascm_tcache_destroy(p);
-    ascm_fork_unregister(&p->fork);
-    ascm_slab_destroy(p);
-    ascm_fit_destroy(&p->fit);
-    ascm_map_destroy(&p->blocks);
-    if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
-    if (p->paging) ascm_paging_destroy(p->paging);
-    free(p->paging);
-    ascm_map_destroy(&p->asleep);
-    free(p);
 }
 
 static inline void count_alloc(ascm_pool *p, uint64_t usable, uint64_t requested) {
@@ -415,13 +257,6 @@ static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint
     return alloc_large_locked(p, size, requested, align, addr, unmapped, pending, handle, 0);
 }
 
-static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t align) {
-    if (size == 0 || !ascm_is_pow2(align)) return ASCM_ERR_INVAL;
-    if (align > p->gran && (p->base & (align - 1))) return ASCM_ERR_INVAL;
-    if (size > p->size) return ASCM_ERR_NOMEM; /* could never fit: not counted as a failure */
-    return ASCM_OK;
-}
-
 /* With thread caches on: the caller's cache first, then the pool; an
  * allocation that finds no room flushes every cache and tries again.  Out
  * of line, so that the pool's own path stays as it was. */
@@ -450,14 +285,6 @@ ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint
     return st;
 }
 
-/* A padded request refused before anything is looked at: a size of 0 (as
- * ascm_pool_alloc), a pad over ASCM_MAX_PAD, or one that wraps past 2^64
- * (relabel handed such a request a small block, found in the thirteenth
- * session). */
-static inline int bad_padded(uint64_t size, uint64_t pad) {
-    return size == 0 || pad > ASCM_MAX_PAD || size + pad < size;
-}
-
 ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
     if (bad_padded(size, pad)) return ASCM_ERR_INVAL;
     int st = check_request(p, size + pad, align);
@@ -467,31 +294,6 @@ ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad,
     st = alloc_locked(p, size + pad, size, align, addr, NULL, 0, NULL);
     ascm_pool_unlock(p);
     return st;
-}
-
-/* The live large block whose first unit is `unit`, or 0: the address map,
- * but for the kept last freed block, which keeps its entry while kept. */
-static inline uint32_t live_large_at(const ascm_pool *p, uint32_t unit) {
-    uint32_t node = ascm_map_get(&p->blocks, unit);
-    return node != p->last_freed ? node : ASCM_NODE_NONE;
-}
-
-/* Finds the live block at addr: a large block (by its first unit) or a slab
- * slot (by the slab granule it lies in).  Addresses off the unit grid can
- * only be slab slots. */
-static int lookup_locked(const ascm_pool *p, uint64_t addr, uint64_t *usable, uint64_t *requested) {
-    if (addr < p->base || addr - p->base >= p->size) return ASCM_ERR_BADFREE;
-    uint64_t off = addr - p->base;
-    if (!(off & (p->gran - 1))) {
-        uint32_t node = live_large_at(p, (uint32_t)(off >> p->gshift));
-        if (node) {
-            const ascm_fit_node *blk = &p->fit.nodes[node];
-            *usable = (uint64_t)blk->len << p->gshift;
-            *requested = *usable - blk->slack;
-            return ASCM_OK;
-        }
-    }
-    return ascm_slab_lookup(p, off, usable, requested);
 }
 
 static inline void count_free(ascm_pool *p, uint64_t usable, uint64_t requested) {
@@ -737,168 +539,3 @@ int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *d
     *done = ok;
     return first_error;
 }
-
-int ascm_pool_usable_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
-    uint64_t requested;
-    ascm_pool_lock(p);
-    int st = lookup_locked(p, addr, size, &requested);
-    ascm_pool_unlock(p);
-    return st;
-}
-
-int ascm_pool_requested_size(ascm_pool *p, uint64_t addr, uint64_t *size) {
-    uint64_t usable;
-    ascm_pool_lock(p);
-    int st = lookup_locked(p, addr, &usable, size);
-    ascm_pool_unlock(p);
-    return st;
-}
-
-int ascm_pool_contains(const ascm_pool *p, uint64_t addr) {
-    return addr >= p->base && addr - p->base < p->size;
-}
-
-/* The pool lock held (whole): every block freed, the statistics from zero. */
-static void reset_locked(ascm_pool *p) {
-    p->resets++; /* a batch that handed the lock over starts again (alloc_many) */
-    if (p->paging)
-        ascm_paging_reset(p->paging, p->charge, p->charge_ctx, p->pages_in_use);
-    else if (p->pages_in_use && p->charge)
-        p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
-    ascm_slab_forget_all(p);
-    ascm_fit_reset(&p->fit);
-    p->last_freed = ASCM_NODE_NONE;
-    p->kept_in_map = p->kept_reused = 0;
-    ascm_map_clear(&p->blocks);
-    if (p->asleep.slots) ascm_map_clear(&p->asleep);
-    if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
-    p->pages_in_use = 0;
-    if (p->paging) p->paging->peak_mapped = 0;
-    p->used = p->requested = p->peak_used = p->peak_requested = 0;
-    p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;
-    p->alloc_bytes = p->freed_bytes = p->alloc_requested = p->freed_requested = 0;
-    p->peak_pages = p->pages_taken = p->pages_given = 0;
-}
-
-void ascm_pool_reset(ascm_pool *p) {
-    int whole = ascm_pool_lock_whole(p);
-    reset_locked(p);
-    p->closed = 0;
-    ascm_pool_unlock_whole(p, whole);
-}
-
-/* The reset and the closing in one hold of the lock: as a reset followed by
- * ascm_pool_close_if_empty, a batch handed the lock between them allocated
- * again and the pool stayed open. */
-void ascm_pool_close(ascm_pool *p) {
-    int whole = ascm_pool_lock_whole(p);
-    reset_locked(p);
-    if (p->paging) ascm_paging_trim(p->paging, p->charge, p->charge_ctx); /* kept granules too */
-    p->closed = 1;
-    ascm_pool_unlock_whole(p, whole);
-}
-
-uint64_t ascm_pool_trim(ascm_pool *p) {
-    int whole = ascm_pool_lock_whole(p);
-    ascm_pool_flush_last_freed(p);
-    uint64_t released = ascm_slab_trim(p);
-    if (p->paging) released += ascm_paging_trim(p->paging, p->charge, p->charge_ctx);
-    ascm_pool_unlock_whole(p, whole);
-    return released;
-}
-
-uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align) {
-    if (check_request(p, size, align) != ASCM_OK) return 0;
-    int cls = ascm_pool_class_of(p, size, align);
-    if (cls >= 0) return p->classes[cls].size;
-    return units_for(p, size) << p->gshift;
-}
-
-int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) {
-    ascm_pool_lock(p);
-    uint64_t usable, old;
-    int st = bad_padded(requested, pad) ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
-    if (st == ASCM_OK && (ascm_pool_usable_for(p, requested + pad, align) != usable ||
-                          ((addr - p->base) & (align - 1))))
-        st = ASCM_ERR_INVAL;
-    if (st == ASCM_OK) {
-        uint64_t off = addr - p->base;
-        uint32_t node = (off & (p->gran - 1)) ? 0 : live_large_at(p, (uint32_t)(off >> p->gshift));
-        if (node) {
-            p->fit.nodes[node].slack = (uint32_t)(usable - requested);
-        } else {
-            ascm_slab *s = ascm_slab_of(p, off);
-            ascm_slab_set_slack(s, (uint64_t)ascm_slab_live_slot(p, s, off), usable - requested);
-        }
-        p->requested = p->requested - old + requested;
-        if (p->requested > p->peak_requested) p->peak_requested = p->requested;
-        p->free_count++; /* a free and an allocation, as far as anyone can tell */
-        p->alloc_count++;
-        p->freed_bytes += usable;
-        p->alloc_bytes += usable;
-        p->freed_requested += old;
-        p->alloc_requested += requested;
-    }
-    ascm_pool_unlock(p);
-    return st;
-}
-
-/* The fit node of the live large block at addr, or 0. */
-static uint32_t large_block_at(const ascm_pool *p, uint64_t addr) {
-    if (addr < p->base || addr - p->base >= p->size || ((addr - p->base) & (p->gran - 1))) return 0;
-    return live_large_at(p, (uint32_t)((addr - p->base) >> p->gshift));
-}
-
-int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released) {
-    uint64_t bytes = 0;
-    ascm_pool_lock(p);
-    uint32_t node = p->paging ? large_block_at(p, addr) : 0;
-    uint32_t unit = (uint32_t)((addr - p->base) >> p->gshift);
-    int st = node && !ascm_map_get(&p->asleep, unit) ? ascm_map_reserve(&p->asleep, 1) : ASCM_ERR_INVAL;
-    if (st == ASCM_OK) {
-        const ascm_fit_node *blk = &p->fit.nodes[node];
-        uint64_t lo, hi;
-        page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift, &lo, &hi);
-        /* unmapped now, past any release threshold: whoever puts a block to
-         * sleep wants its memory back, not kept for the next allocation */
-        if (hi > lo) ascm_paging_unmap(p->paging, p->charge, p->charge_ctx, lo, hi);
-        bytes = (hi - lo) << p->pshift;
-        ascm_map_put(&p->asleep, unit, 1);
-    }
-    ascm_pool_unlock(p);
-    if (released) *released = bytes;
-    return st;
-}
-
-void ascm_pool_detach_mapping(ascm_pool *p) {
-    ascm_pool_lock(p);
-    if (p->paging) p->paging->map = NULL;
-    ascm_pool_unlock(p);
-}
-
-int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped) {
-    ascm_pool_lock(p);
-    uint64_t before = p->pages_in_use;
-    uint32_t node = p->paging ? large_block_at(p, addr) : 0;
-    uint32_t unit = (uint32_t)((addr - p->base) >> p->gshift);
-    int st = node && ascm_map_get(&p->asleep, unit) ? charge_block(p, &p->fit.nodes[node]) : ASCM_ERR_INVAL;
-    if (st == ASCM_OK) ascm_map_take(&p->asleep, unit);
-    uint64_t bytes = (p->pages_in_use - before) << p->pshift;
-    ascm_pool_unlock(p);
-    if (mapped) *mapped = bytes;
-    return st;
-}
-
-int ascm_pool_close_if_empty(ascm_pool *p) {
-    int whole = ascm_pool_lock_whole(p);
-    int empty = p->live_count == 0;
-    if (empty) {
-        ascm_pool_flush_last_freed(p);
-        ascm_slab_trim(p);
-        if (p->paging) ascm_paging_trim(p->paging, p->charge, p->charge_ctx); /* kept granules too */
-        p->closed = 1;
-    }
-    ascm_pool_unlock_whole(p, whole);
-    return empty;
-}
-
