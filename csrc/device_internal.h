@@ -80,6 +80,7 @@ struct ascm_device {
     /* the budget's lock, which the charged pools take as theirs: written on
      * every call, so a line of its own, away from the tables read without it */
     _Alignas(64) ascm_lock lock;
+    _Atomic int free_kind; /* where the last free found its block (device.c, device_free) */
     ascm_budget b;
 };
 

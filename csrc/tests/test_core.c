@@ -688,15 +688,22 @@ static void test_device_chunks(void) {
     ascm_device_destroy(d);
 }
 
-/* aclrtMalloc's default policy is routed inline (device.c, device_try):
- * the same kinds, sizes and events as the general route, at its edges and
- * when huge pages run out. */
-static void test_device_default_route(void) {
+/* A device of two kinds, 16 MiB of huge pages and 16 MiB of normal ones;
+ * the caller sets the budget. */
+static ascm_device_config huge_and_normal(void) {
     ascm_device_config cfg = {.min_block = 4096};
     cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
     cfg.size[ASCM_KIND_HUGE] = 16u << 20;
     cfg.base[ASCM_KIND_NORMAL] = 1ull << 41;
     cfg.size[ASCM_KIND_NORMAL] = 16u << 20;
+    return cfg;
+}
+
+/* aclrtMalloc's default policy is routed inline (device.c, device_try):
+ * the same kinds, sizes and events as the general route, at its edges and
+ * when huge pages run out. */
+static void test_device_default_route(void) {
+    ascm_device_config cfg = huge_and_normal();
     cfg.budget.reserve = 4u << 20; /* two huge pages, and no growth past them */
     cfg.budget.shared = 64u << 20;
     ascm_device *d;
@@ -728,6 +735,49 @@ static void test_device_default_route(void) {
     CHECK(ascm_device_free(d, h, 0x1F, &kind) == ASCM_OK && kind == ASCM_KIND_HUGE);
     POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
     POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+    ascm_device_destroy(d);
+}
+
+/* A free looks first where the last free found its block (device.c,
+ * device_free): whatever that hint says, a free finds the block's kind, and
+ * a block of a kind the caller did not name is refused with its kind said. */
+static void test_device_free_kind_hint(void) {
+    ascm_device_config cfg = huge_and_normal();
+    cfg.budget.reserve = 16u << 20;
+    cfg.budget.shared = 64u << 20;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    const unsigned huge = 1u << ASCM_KIND_HUGE, normal = 1u << ASCM_KIND_NORMAL;
+    int kind, events;
+    uint64_t n[4], h[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK(ascm_device_malloc(d, 64, 0, ASCM_SIZE_MALLOC, &n[i], &kind, &events) == ASCM_OK);
+        CHECK(kind == ASCM_KIND_NORMAL);
+        CHECK(ascm_device_malloc(d, 2u << 20, 0, ASCM_SIZE_MALLOC, &h[i], &kind, &events) == ASCM_OK);
+        CHECK(kind == ASCM_KIND_HUGE);
+    }
+    /* the hint on normal pages: a huge block freed as normal is refused */
+    CHECK(ascm_device_free(d, n[0], normal | huge, &kind) == ASCM_OK && kind == ASCM_KIND_NORMAL);
+    CHECK(ascm_device_free(d, h[0], normal, &kind) == ASCM_ERR_BADFREE && kind == ASCM_KIND_HUGE);
+    CHECK(ascm_device_free(d, n[1], normal, &kind) == ASCM_OK && kind == ASCM_KIND_NORMAL);
+    /* a huge free moves it; a normal block freed as huge is refused, then frees */
+    CHECK(ascm_device_free(d, h[0], normal | huge, &kind) == ASCM_OK && kind == ASCM_KIND_HUGE);
+    CHECK(ascm_device_free(d, n[2], huge, &kind) == ASCM_ERR_BADFREE && kind == ASCM_KIND_NORMAL);
+    CHECK(ascm_device_free(d, h[1], huge, &kind) == ASCM_OK && kind == ASCM_KIND_HUGE);
+    CHECK(ascm_device_free(d, h[2], normal, &kind) == ASCM_ERR_BADFREE && kind == ASCM_KIND_HUGE);
+    CHECK(ascm_device_free(d, n[2], normal | huge, &kind) == ASCM_OK && kind == ASCM_KIND_NORMAL);
+    /* alternating kinds, and no kind at all */
+    for (int i = 2; i < 4; i++) {
+        CHECK(ascm_device_free(d, h[i], normal | huge, &kind) == ASCM_OK && kind == ASCM_KIND_HUGE);
+        if (i == 3) break;
+        CHECK(ascm_device_free(d, n[i + 1], normal | huge, &kind) == ASCM_OK && kind == ASCM_KIND_NORMAL);
+    }
+    CHECK(ascm_device_free(d, 12345, normal | huge, &kind) == ASCM_ERR_BADFREE && kind == -1);
+    CHECK(ascm_device_free(d, n[3], normal | huge, &kind) == ASCM_ERR_BADFREE); /* freed already */
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+    CHECK(ascm_pool_used(ascm_device_pool(d, ASCM_KIND_HUGE)) == 0);
+    CHECK(ascm_pool_used(ascm_device_pool(d, ASCM_KIND_NORMAL)) == 0);
     ascm_device_destroy(d);
 }
 
@@ -803,11 +853,7 @@ static void test_pool_deferred_discharge(void) {
 static void test_device_deferred_discharge(void) {
     /* 6 MiB for huge growth and normal pages together: 3 MiB of huge pages
      * (4 MiB of 2 MiB pages) and 3 MiB of normal ones never fit at once */
-    ascm_device_config cfg = {.min_block = 4096};
-    cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
-    cfg.size[ASCM_KIND_HUGE] = 16u << 20;
-    cfg.base[ASCM_KIND_NORMAL] = 1ull << 41;
-    cfg.size[ASCM_KIND_NORMAL] = 16u << 20;
+    ascm_device_config cfg = huge_and_normal();
     cfg.budget.shared = 6u << 20;
     cfg.budget.huge_grows = 1;
     ascm_device *d;
@@ -1308,6 +1354,7 @@ int main(void) {
         {"exhaustion_soak", test_exhaustion_soak},
         {"device_chunks", test_device_chunks},
         {"device_default_route", test_device_default_route},
+        {"device_free_kind_hint", test_device_free_kind_hint},
         {"check_detects_corruption", test_check_detects_corruption},
         {"device_reset_and_close_under_raw_callers", test_device_reset_and_close_under_raw_callers},
         {"device_guards", test_device_guards},

@@ -131,14 +131,7 @@ cdef class Device(_DeviceReadout):
         With a stream, a block that stream alone freed, of the size this
         request gets, is handed back at once.  With a tag, the block joins
         that group for sleep() and wake()."""
-        cdef uint64_t addr = 0
-        cdef int kind = -1, events = 0
-        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_MALLOC, stream, tag, &addr, &kind,
-                                       &events)
-        if st == ASCM_OK and not events:
-            return addr
-        return _alloc(self, size, policy, ASCM_SIZE_MALLOC, stream, tag, "malloc", st, addr, kind,
-                      events)
+        return _malloc(self, size, policy, stream, tag)
 
     def malloc_align32(self, size, policy=0, stream=None, tag=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""

@@ -19,6 +19,17 @@ cdef inline int _alloc_first_try(Device dev, object size, object policy, int mod
                                        kind, events)
 
 
+cdef inline object _malloc(Device dev, object size, object policy, object stream, object tag):
+    """Device.malloc (and its positional fast call, _device_fastcall.pxi)."""
+    cdef uint64_t addr = 0
+    cdef int kind = -1, events = 0
+    cdef int st = _alloc_first_try(dev, size, policy, ASCM_SIZE_MALLOC, stream, tag, &addr, &kind,
+                                   &events)
+    if st == ASCM_OK and not events:
+        return addr
+    return _alloc(dev, size, policy, ASCM_SIZE_MALLOC, stream, tag, "malloc", st, addr, kind, events)
+
+
 cdef object _alloc(Device dev, object size, object policy, int mode, object stream, object tag,
                    str call, int st, uint64_t addr, int kind, int events):
     """_alloc_body, holding the mapper's lock on a paged acl device."""

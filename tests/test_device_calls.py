@@ -1,0 +1,123 @@
+"""Device.malloc and Device.free take one or two positional arguments by a
+call of their own (src/ascmem/_device_fastcall.pxi) and every other call by
+Cython's wrapper: both must do the same, errors included."""
+
+import inspect
+
+import pytest
+
+import ascmem
+from ascmem import MemKind, Policy
+
+
+@pytest.fixture
+def dev():  # sim backend: addresses only
+    d = ascmem.Device("atlas-training")
+    yield d
+    d.check()
+    d.close()
+
+
+def test_every_way_of_calling_malloc_gives_the_same_block(dev):
+    calls = [
+        lambda: dev.malloc(1000),
+        lambda: dev.malloc(1000, 0),
+        lambda: dev.malloc(1000, 0, None),
+        lambda: dev.malloc(1000, 0, None, None),
+        lambda: dev.malloc(size=1000),
+        lambda: dev.malloc(1000, policy=0),
+        lambda: dev.malloc(1000, tag=None),
+    ]
+    for call in calls:
+        p = call()
+        assert dev.usable_size(p) == 1056  # ALIGN_UP(1000, 32) + 32
+        assert dev.kind_of(p) == MemKind.NORMAL
+        dev.free(p)
+    assert dev.memory_stats()["allocation.all.current"] == 0
+
+
+def test_a_positional_policy_is_honoured(dev):
+    huge = dev.malloc(64, Policy.HUGE_ONLY)
+    normal = dev.malloc(64)
+    assert dev.kind_of(huge) == MemKind.HUGE
+    assert dev.kind_of(normal) == MemKind.NORMAL
+    dev.free(huge)
+    dev.free(normal)
+
+
+def test_a_positional_stream_on_free_still_waits_for_it(dev):
+    p = dev.malloc(1 << 20)
+    dev.free(p, "s1")  # two positional arguments: the general wrapper
+    assert dev.pending_bytes() > 0
+    dev.synchronize("s1")
+    assert dev.pending_bytes() == 0
+
+
+def test_positional_stream_and_tag_on_malloc_still_count():
+    d = ascmem.Device("atlas-a2-training", memory=8 << 30, paged=True)
+    p = d.malloc(4 << 20, 0, None, "kv")  # four positional arguments: the general wrapper
+    assert d.sleep("kv") > 0  # the tag took it
+    d.wake("kv")
+    q = d.malloc(4 << 20, 0, "s1")
+    d.free(q, "s1")
+    assert d.malloc(4 << 20, 0, "s1") == q  # the same stream's freed block, at once
+    d.free(p)
+    d.check()
+    d.close()
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the type and text are compared
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("fast, general", [
+    (lambda d: d.malloc("x"), lambda d: d.malloc(size="x")),
+    (lambda d: d.malloc(-1), lambda d: d.malloc(size=-1)),
+    (lambda d: d.malloc(0), lambda d: d.malloc(size=0)),
+    (lambda d: d.malloc(1 << 70), lambda d: d.malloc(size=1 << 70)),
+    (lambda d: d.malloc(64, -5), lambda d: d.malloc(64, policy=-5)),
+    (lambda d: d.malloc(64, "huge"), lambda d: d.malloc(64, policy="huge")),
+    (lambda d: d.malloc(64, Policy.HUGE1G_ONLY), lambda d: d.malloc(64, policy=Policy.HUGE1G_ONLY)),
+    (lambda d: d.free("x"), lambda d: d.free(ptr="x")),
+    (lambda d: d.free(12345), lambda d: d.free(ptr=12345)),
+    (lambda d: d.free(-1), lambda d: d.free(ptr=-1)),
+])
+def test_bad_arguments_raise_as_through_keywords(dev, fast, general):
+    got = _raised(lambda: fast(dev))
+    assert got is not None
+    assert got == _raised(lambda: general(dev))
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: d.malloc(),
+    lambda d: d.malloc(1, 2, 3, 4, 5),
+    lambda d: d.malloc(1, nonsense=2),
+    lambda d: d.free(),
+    lambda d: d.free(1, 2, 3),
+])
+def test_wrong_argument_counts_are_type_errors(dev, call):
+    with pytest.raises(TypeError):
+        call(dev)
+
+
+def test_a_closed_device_refuses_either_way():
+    d = ascmem.Device("atlas-training")
+    p = d.malloc(64)
+    d.close()
+    assert _raised(lambda: d.malloc(64)) == _raised(lambda: d.malloc(size=64))
+    assert _raised(lambda: d.malloc(64))[0] is ascmem.DeviceClosedError
+    assert _raised(lambda: d.free(p)) == _raised(lambda: d.free(ptr=p))
+
+
+def test_the_methods_keep_their_names_signatures_and_docs():
+    assert ascmem.Device.malloc.__name__ == "malloc"
+    assert ascmem.Device.malloc.__qualname__ == "Device.malloc"
+    assert str(inspect.signature(ascmem.Device.malloc)) == \
+        "(self, /, size, policy=0, stream=None, tag=None)"
+    assert str(inspect.signature(ascmem.Device.free)) == "(self, /, ptr, stream=None)"
+    assert ascmem.Device.malloc.__doc__.startswith("aclrtMalloc")
+    assert ascmem.Device.free.__doc__.startswith("aclrtFree")
