@@ -121,3 +121,23 @@ def test_the_methods_keep_their_names_signatures_and_docs():
     assert str(inspect.signature(ascmem.Device.free)) == "(self, /, ptr, stream=None)"
     assert ascmem.Device.malloc.__doc__.startswith("aclrtMalloc")
     assert ascmem.Device.free.__doc__.startswith("aclrtFree")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ascmem.Device.malloc(object(), 64),
+    lambda: ascmem.Device.malloc(ascmem.Pool(1 << 20), 64),
+    lambda: ascmem.Device.free(object(), 64),
+    lambda: ascmem.Device.malloc(),
+])
+def test_the_unbound_methods_refuse_anything_but_a_device(call):
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_a_bound_method_keeps_its_device_alive():
+    d = ascmem.Device("atlas-training")
+    malloc, free = d.malloc, d.free
+    del d
+    import gc
+    gc.collect()
+    free(malloc(64))
