@@ -352,6 +352,30 @@ static uint32_t find_whole(const ascm_fit *f, const ascm_fit_bins *B, uint64_t n
     return ASCM_NODE_NONE;
 }
 
+/* Free block x (nodes reserved) becomes the used block [start, start + n);
+ * what is left before and after it stays free. */
+ASCM_SPECIALISED void carve(ascm_fit *f, uint32_t x, uint64_t start, uint64_t n, int regions) {
+    ascm_fit_node *blk = &f->nodes[x];
+    bin_remove(f, x, regions);
+    if (start > blk->off) /* the part before start stays free */
+        bin_insert(f, split_front(f, x, (uint32_t)(start - blk->off)), regions);
+    if (blk->len > n) { /* the part after start + n stays free */
+        uint32_t tail_node = node_take(f);
+        ascm_fit_node *t = &f->nodes[tail_node];
+        t->off = blk->off + (uint32_t)n;
+        t->len = blk->len - (uint32_t)n;
+        t->prev_phys = x;
+        t->next_phys = blk->next_phys;
+        if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
+        blk->next_phys = tail_node;
+        blk->len = (uint32_t)n;
+        bin_insert(f, tail_node, regions);
+    }
+    blk->slack = 0;
+    blk->is_slab = 0;
+    blk->by_handle = 0;
+}
+
 ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t region,
                           uint64_t g, uint32_t *out, int regions) {
     if (align_units > 1) g = 0; /* the granule rules place requests with no alignment of their own */
@@ -394,26 +418,9 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
         *out = u;
         return ASCM_OK;
     }
-    bin_remove(f, x, regions);
     uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
                           : regions && g ? placed : (blk->off + align_units - 1) & ~(align_units - 1);
-    if (start > blk->off) /* the part before start stays free */
-        bin_insert(f, split_front(f, x, (uint32_t)(start - blk->off)), regions);
-    if (blk->len > n) { /* the part after start + n stays free */
-        uint32_t tail_node = node_take(f);
-        ascm_fit_node *t = &f->nodes[tail_node];
-        t->off = blk->off + (uint32_t)n;
-        t->len = blk->len - (uint32_t)n;
-        t->prev_phys = x;
-        t->next_phys = blk->next_phys;
-        if (t->next_phys) f->nodes[t->next_phys].prev_phys = tail_node;
-        blk->next_phys = tail_node;
-        blk->len = (uint32_t)n;
-        bin_insert(f, tail_node, regions);
-    }
-    blk->slack = 0;
-    blk->is_slab = 0;
-    blk->by_handle = 0;
+    carve(f, x, start, n, regions);
     *out = x;
     return ASCM_OK;
 }
@@ -427,6 +434,51 @@ inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *out) {
     return take(f, n, align_units, 0, region, granule, out, 1);
+}
+
+/* ---- mapped granules first (paged pools; the pool decides which requests)
+ * A block of a quarter granule or more, under a granule, of a size the pool
+ * has freed before, goes where its bytes land only in granules mapped
+ * already: at either end (the low one first) of the smallest free block of
+ * its region where that holds, the lowest among equals.  Sizes that come
+ * back are a step's tensors, which come back every step; in mapped granules
+ * they map nothing.  Sizes seen once -- a KV cache grown by torch.cat, a new
+ * size each step -- keep best fit, which packs them end to end: sent to
+ * mapped granules they scatter (decoder 0.936 -> 0.661 at 2 MiB in the
+ * model, scripts/paged_placement_sim.py).  The figures are at pool.c,
+ * take_paged.  Looks at IN_MAPPED_SCAN free blocks at most, in size order. */
+#define IN_MAPPED_SCAN 16u
+
+int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
+                         int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
+                         uint32_t *out) {
+    const ascm_fit_bins *B = bins_at(f, region, 1);
+    uint32_t best = ASCM_NODE_NONE;
+    uint64_t best_start = 0;
+    unsigned seen = 0;
+    for (uint32_t b = next_bin(B, bin_of(n)); b < ASCM_FIT_BINS && !best && seen < IN_MAPPED_SCAN;
+         b = next_bin(B, b + 1)) {
+        for (uint32_t i = B->head[b]; i && seen < IN_MAPPED_SCAN; i = f->nodes[i].next_free, seen++) {
+            const ascm_fit_node *x = &f->nodes[i];
+            if (x->len < n || (best && (x->len > f->nodes[best].len ||
+                                        (x->len == f->nodes[best].len && x->off > f->nodes[best].off))))
+                continue;
+            /* a block under a granule touches one or two: its first and last */
+            uint64_t s = x->off, e = (uint64_t)x->off + x->len - n;
+            if (mapped(ctx, s / g) && mapped(ctx, (s + n - 1) / g)) {
+                best = i;
+                best_start = s;
+            } else if (mapped(ctx, e / g) && mapped(ctx, (e + n - 1) / g)) {
+                best = i;
+                best_start = e;
+            }
+        }
+    }
+    if (!best) return ASCM_ERR_NOMEM;
+    if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
+    carve(f, best, best_start, n, 1);
+    *out = best;
+    return ASCM_OK;
 }
 
 ASCM_SPECIALISED void give(ascm_fit *f, uint32_t i, int regions) {

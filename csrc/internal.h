@@ -274,6 +274,13 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
  * fit.c). */
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *node);
+/* Paged pools: n units (under a granule of g units) at an end of a free
+ * block of region where both granules it would touch are mapped (as
+ * `mapped` tells), or ASCM_ERR_NOMEM when none allows it (fit.c, "mapped
+ * granules first"). */
+int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
+                         int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
+                         uint32_t *node);
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
 uint32_t ascm_fit_first(const ascm_fit *f); /* the node at unit 0: the address chain's head */
@@ -382,6 +389,10 @@ void ascm_paging_unmap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_
 uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx);
 void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t in_use);
 int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen);
+/* Granule `page` is kept: mapped, with no live byte (the pending run or the bitmap). */
+static inline int ascm_paging_kept(const ascm_paging *g, uint64_t page) {
+    return page - g->pend_lo < g->pend_hi - g->pend_lo || (g->kept_count && ascm_hbm_test(&g->kept, page));
+}
 
 /* ---- pool --------------------------------------------------------------- */
 
@@ -423,6 +434,10 @@ struct ascm_pool {
     ascm_charge_fn charge;
     void *charge_ctx;
     ascm_paging *paging;  /* paged pools only (paging.c) */
+    uint64_t *sizes_freed; /* paged: bit n, a block of n units (under a granule) was freed (take_block) */
+    /* sizes that go to mapped granules first if freed before (pool.c,
+     * take_paged): n - mapped_lo < mapped_span, in units; span 0: none */
+    uint64_t mapped_lo, mapped_span;
     ascm_addrmap asleep;  /* paged pools: large blocks put to sleep (first unit -> 1) */
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */

@@ -65,11 +65,13 @@ static inline int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
 static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
     uint64_t lo, hi;
     page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift, &lo, &hi);
-    if (hi == lo) return;
-    if (ASCM_UNLIKELY(p->paging != NULL))
-        ascm_paging_release(p->paging, p->charge, p->charge_ctx, lo, hi);
-    else if (p->charge)
+    if (ASCM_UNLIKELY(p->paging != NULL)) {
+        if (blk->len - p->mapped_lo < p->mapped_span) /* pool.c, take_paged */
+            p->sizes_freed[blk->len >> 6] |= 1ull << (blk->len & 63);
+        if (hi > lo) ascm_paging_release(p->paging, p->charge, p->charge_ctx, lo, hi);
+    } else if (hi != lo && p->charge) {
         p->charge(p->charge_ctx, -(int64_t)((hi - lo) << p->pshift));
+    }
 }
 
 static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t align) {

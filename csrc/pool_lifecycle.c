@@ -64,6 +64,7 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
         return ASCM_ERR_INVAL;
     }
     if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
+    if (cfg->paged) p->sizes_freed = calloc(((page / gran) >> 6) + 1, sizeof *p->sizes_freed);
     int maps = ascm_map_init(&p->blocks) == ASCM_OK;
     if (cfg->paged && ascm_map_init(&p->asleep) != ASCM_OK) maps = 0;
     if (cfg->paged && (p->paging = malloc(sizeof *p->paging)) != NULL &&
@@ -74,10 +75,14 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
         p->paging = NULL;
         maps = 0;
     }
-    if (!maps || (page > gran && !p->page_refs) || (cfg->paged && !p->paging) ||
+    if (!maps || (page > gran && !p->page_refs) || (cfg->paged && (!p->paging || !p->sizes_freed)) ||
         ascm_fit_init(&p->fit, nunits, cfg->paged ? paged_regions(p) : 1) != ASCM_OK) {
         ascm_pool_destroy(p);
         return ASCM_ERR_HOSTMEM;
+    }
+    if (p->fit.nregions > 1) { /* a quarter granule or more, under a granule */
+        p->mapped_lo = (page / gran) / 4;
+        p->mapped_span = page / gran - p->mapped_lo;
     }
     p->slab_storage = ascm_pool_slab_source(p);
     ascm_slab_init_classes(p);
@@ -98,6 +103,7 @@ void ascm_pool_destroy(ascm_pool *p) {
     if (p->page_refs) ascm_free_big(p->page_refs, p->npages * sizeof *p->page_refs);
     if (p->paging) ascm_paging_destroy(p->paging);
     free(p->paging);
+    free(p->sizes_freed);
     ascm_map_destroy(&p->asleep);
     free(p);
 }
@@ -117,7 +123,10 @@ static void reset_locked(ascm_pool *p) {
     if (p->asleep.slots) ascm_map_clear(&p->asleep);
     if (p->page_refs) memset(p->page_refs, 0, p->npages * sizeof *p->page_refs);
     p->pages_in_use = 0;
-    if (p->paging) p->paging->peak_mapped = 0;
+    if (p->paging) {
+        p->paging->peak_mapped = 0;
+        memset(p->sizes_freed, 0, (((p->page_size >> p->gshift) >> 6) + 1) * sizeof *p->sizes_freed);
+    }
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;
     p->alloc_bytes = p->freed_bytes = p->alloc_requested = p->freed_requested = 0;

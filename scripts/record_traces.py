@@ -1,4 +1,4 @@
-"""Records real allocation traces of eleven model families with PyTorch's
+"""Records real allocation traces of thirteen model families with PyTorch's
 profiler on the CPU, as ../shared/traces/README.md describes for
 pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
 
@@ -30,6 +30,12 @@ pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
   decoder_static_cache  a decoder (6 layers, d_model 512, RMS norm, SwiGLU)
                      whose KV cache is allocated once per request at its
                      full length and written in place, 5 requests
+  diffusion_denoise  a latent-diffusion-style denoising loop (a U-Net of
+                     attention blocks, guidance doubling the batch), 12
+                     steps on latents of 32, 48 and 32 pixels
+  speech_to_text     a Whisper-style encoder (convolutions, 4 layers) and a
+                     4-layer decoder with cross-attention and a KV cache
+                     grown by torch.cat, 5 requests of batch 1-4
 
 Weights are made before recording, so the traces hold the activations,
 workspaces and caches of inference, as the pipeline trace does (and, for
@@ -37,14 +43,17 @@ the three training traces, the gradients, the optimizer state made at the
 first step, and the activations kept for backward).  unet_multires and
 vit_train were recorded after the placement rules they are checked against
 were chosen (sixth session), to judge them on models they were not tuned
-on; so were the last three (eighth session), after the reach of the
-granule position rule was chosen.  Needs torch (2.13.0 CPU was used):
+on; so were decoder_static_cache, bert_train and mobilenet_multires (eighth
+session), after the reach of the granule position rule was chosen, and the
+last two (fifteenth session), after the paged pools' "mapped granules
+first" rule was.  Needs torch (2.13.0 CPU was used):
 python scripts/record_traces.py [NAME ...]
 With ASCMEM_TRACE_DIR set the traces go there instead (to hold new ones out
 of the repository while a placement change is judged on them).
 """
 import gzip
 import json
+import math
 import os
 import random
 import sys
@@ -405,12 +414,124 @@ def decoder_static_cache():
     return run
 
 
+class DenoiseBlock(nn.Module):
+    """A denoiser's residual block: two 3x3 convolutions with group norm, the
+    timestep added between them, then self-attention over the pixels."""
+    def __init__(self, cin, cout, tdim):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(cin, cout, 3, padding=1), nn.Conv2d(cout, cout, 3, padding=1)
+        self.n1, self.n2 = nn.GroupNorm(math.gcd(8, cin), cin), nn.GroupNorm(8, cout)
+        self.t, self.skip = nn.Linear(tdim, cout), nn.Conv2d(cin, cout, 1)
+        self.att = nn.MultiheadAttention(cout, 4, batch_first=True)
+
+    def forward(self, x, t):
+        h = self.c1(nn.functional.silu(self.n1(x))) + self.t(t)[:, :, None, None]
+        h = self.c2(nn.functional.silu(self.n2(h))) + self.skip(x)
+        b, c, hh, ww = h.shape
+        s = h.flatten(2).transpose(1, 2)
+        return h + self.att(s, s, s, need_weights=False)[0].transpose(1, 2).reshape(b, c, hh, ww)
+
+
+def diffusion_denoise():
+    """A latent-diffusion-style denoising loop: a two-level U-Net of
+    attention blocks over 4-channel latents, classifier-free guidance (the
+    batch doubled), 12 steps per prompt, latents of 32 and 48 pixels."""
+    tdim = 128
+    downs = [DenoiseBlock(4, 64, tdim), DenoiseBlock(64, 128, tdim)]
+    mid = DenoiseBlock(128, 128, tdim)
+    ups = [DenoiseBlock(256, 64, tdim), DenoiseBlock(128, 64, tdim)]
+    temb, out = nn.Sequential(nn.Linear(1, tdim), nn.SiLU(), nn.Linear(tdim, tdim)), nn.Conv2d(64, 4, 1)
+    for m in downs + [mid] + ups:
+        m.eval()
+
+    def unet(x, t):
+        skips = []
+        for i, blk in enumerate(downs):
+            x = blk(x, t)
+            skips.append(x)
+            x = nn.functional.avg_pool2d(x, 2) if i == 0 else x
+        x = mid(x, t)
+        for i, blk in enumerate(ups):
+            x = blk(torch.cat([x, skips.pop()], 1), t)
+            x = nn.functional.interpolate(x, scale_factor=2) if i == 0 else x
+        return out(x)
+
+    def run():
+        with torch.no_grad():
+            for size in (32, 48, 32):
+                x = torch.randn(1, 4, size, size)
+                for step in range(12):
+                    t = temb(torch.full((2, 1), 1.0 - step / 12))
+                    eps = unet(torch.cat([x, x]), t)
+                    x = x - 0.1 * (eps[:1] + 7.5 * (eps[1:] - eps[:1]))
+    return run
+
+
+class CrossDecoderLayer(nn.Module):
+    """A speech-to-text decoder layer: self-attention over the tokens so far
+    (its KV cache grown by torch.cat), cross-attention over the encoder's
+    output (its keys and values made once per request), a GELU MLP."""
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.qkv, self.o1 = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.q2, self.kv2, self.o2 = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+
+    def split(self, x):
+        b, t, d = x.shape
+        return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+    def forward(self, x, cache, cross):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).chunk(3, -1)
+        k, v = self.split(k), self.split(v)
+        if cache:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        cache[:] = [k, v]
+        a = nn.functional.scaled_dot_product_attention(self.split(q), k, v, is_causal=t > 1)
+        x = x + self.o1(a.transpose(1, 2).reshape(b, t, d))
+        a = nn.functional.scaled_dot_product_attention(self.split(self.q2(self.n2(x))), *cross)
+        x = x + self.o2(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.n3(x))
+
+
+def speech_to_text():
+    """A Whisper-style model: two convolutions and a 4-layer encoder over 80
+    mel bins of 10-30 s of audio (1000-3000 frames, halved), then a 4-layer
+    decoder writing 24-64 tokens greedily, batch 1-4, 5 requests."""
+    d, heads, vocab = 384, 6, 8000
+    conv = nn.Sequential(nn.Conv1d(80, d, 3, padding=1), nn.GELU(),
+                         nn.Conv1d(d, d, 3, stride=2, padding=1), nn.GELU())
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True,
+                                                           norm_first=True), 4).eval()
+    dec = [CrossDecoderLayer(d, heads).eval() for _ in range(4)]
+    emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab, bias=False)
+    rng = random.Random(83)
+    requests = [(rng.choice((1, 2, 4)), rng.choice((1000, 2000, 3000)), rng.choice((24, 40, 64)))
+                for _ in range(5)]
+
+    def run():
+        with torch.no_grad():
+            for batch, frames, new in requests:
+                audio = enc(conv(torch.randn(batch, 80, frames)).transpose(1, 2))
+                cross = [[layer.split(z) for z in layer.kv2(audio).chunk(2, -1)] for layer in dec]
+                caches = [[] for _ in dec]
+                x = emb(torch.zeros(batch, 4, dtype=torch.long))
+                for _ in range(new):
+                    for layer, cache, kv in zip(dec, caches, cross):
+                        x = layer(x, cache, kv)
+                    x = emb(head(x[:, -1:]).argmax(-1))
+    return run
+
+
 RECORDERS = (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
              ("decoder_kvcache", decoder_kvcache), ("unet_multires", unet_multires),
              ("vit_train", vit_train), ("resnet18_train", resnet18_train),
              ("seq2seq_generate", seq2seq_generate), ("gru_lm", gru_lm),
              ("mobilenet_multires", mobilenet_multires), ("bert_train", bert_train),
-             ("decoder_static_cache", decoder_static_cache))
+             ("decoder_static_cache", decoder_static_cache),
+             ("diffusion_denoise", diffusion_denoise), ("speech_to_text", speech_to_text))
 
 
 def main():

@@ -138,11 +138,13 @@ def test_physical_efficiency_of_the_real_traces():
              # covers its blocks of 9 granules (fit.c)
              "seq2seq_generate": (0.62, 0.99),
              "resnet18_train": (0.965, 0.995), "gru_lm": (0.99, 0.995),
-             "mobilenet_multires": (0.97, 0.995), "bert_train": (0.95, 0.995),
-             # below 0.95 at 2 MiB (bound 0.95): 19.0 MiB live in 11 granules
-             # where 10 would hold it, if blocks of 0.31 granules packed
-             # perfectly around the static KV cache
-             "decoder_static_cache": (0.86, 0.995)}
+             "mobilenet_multires": (0.97, 0.995), "bert_train": (0.96, 0.995),
+             # at its bound at 2 MiB: 19.0 MiB live in 10 granules, since
+             # sizes freed before go to mapped granules first (0.864 before)
+             "decoder_static_cache": (0.95, 0.995),
+             # recorded after the rule above, held out to judge it; the speech
+             # model is below 0.95 at 2 MiB (bound 0.977), nothing tuned on it
+             "diffusion_denoise": (0.96, 0.995), "speech_to_text": (0.905, 0.995)}
     pipeline = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",
                             "pipeline.csv.gz")
     for name, (at_2m, at_64k) in floor.items():

@@ -451,6 +451,66 @@ static void test_paged_regions(void) {
 /* The granule rules of fit.c: a block that fills its last granule all but a
  * sixteenth starts at a granule boundary; one of one to sixteen granules
  * takes the place in its hole that spans the fewest granules. */
+/* Paged pools: a block of a quarter granule or more, under a granule, of
+ * a size freed before goes where it maps no granule (fit.c, "mapped
+ * granules first"); a size never freed takes best fit's place; and the kept
+ * block is not reused in place when its granules went. */
+static void test_paged_mapped_first(void) {
+    const uint64_t U = 4096, G = 2u << 20, B = 1ull << 36; /* 512 units a granule */
+    ascm_pool_config cfg = {.base = B, .size = 2ull << 30, .min_block = U, .page_size = G, .paged = 1};
+    ascm_pool *p;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(p->fit.nregions == 16);
+    /* units: a [0, 400) t1a, t1b [400, 1100) b [1100, 1200) t2a, t2b [1200, 2000) c [2000, 2100) */
+    const uint64_t sizes[7] = {400, 350, 350, 100, 400, 400, 100};
+    uint64_t at[7], x, y;
+    for (int i = 0, off = 0; i < 7; off += (int)sizes[i], i++)
+        CHECK(ascm_pool_alloc(p, sizes[i] * U, 64, &at[i]) == ASCM_OK && at[i] == B + off * U);
+    /* holes [400, 1100) over granule 1, which nothing holds now, and
+     * [1200, 2000) in granules 2 and 3, which b and c hold */
+    for (int i = 4; i < 6; i++) CHECK(ascm_pool_free(p, at[i]) == ASCM_OK);
+    for (int i = 1; i < 3; i++) CHECK(ascm_pool_free(p, at[i]) == ASCM_OK);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 4 * G); /* granules 0, 2, 3, 4 */
+    /* 400 units were freed before: not best fit's [400, 800), which maps
+     * granule 1, but [1200, 1600) */
+    CHECK(ascm_pool_alloc(p, 400 * U, 64, &x) == ASCM_OK && x == B + 1200 * U);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 4 * G);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, x) == ASCM_OK);
+    /* 380 units never were: best fit */
+    CHECK(ascm_pool_alloc(p, 380 * U, 64, &y) == ASCM_OK && y == B + 400 * U);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 5 * G);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+
+    /* The kept block: u [0, 200) h [200, 450) v [450, 512) k [512, 762) w [762, 1024) */
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    const uint64_t sizes2[5] = {200, 250, 62, 250, 262};
+    for (int i = 0, off = 0; i < 5; off += (int)sizes2[i], i++)
+        CHECK(ascm_pool_alloc(p, sizes2[i] * U, 64, &at[i]) == ASCM_OK && at[i] == B + off * U);
+    CHECK(ascm_pool_free(p, at[1]) == ASCM_OK); /* a hole in granule 0, which u and v hold */
+    CHECK(ascm_pool_free(p, at[4]) == ASCM_OK);
+    CHECK(ascm_pool_free(p, at[3]) == ASCM_OK); /* kept (a statistics call would hand it
+                                                  * to best fit); granule 1 unmapped */
+    /* in place it would map granule 1 again: into the hole instead */
+    CHECK(ascm_pool_alloc(p, 250 * U, 64, &x) == ASCM_OK && x == B + 200 * U);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == G);
+    POOL_OK(p);
+    /* reused in place while its granule stays mapped: v's neighbour freed and taken again */
+    CHECK(ascm_pool_free(p, x) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 250 * U, 64, &y) == ASCM_OK && y == x);
+    POOL_OK(p);
+    CHECK(p->sizes_freed[250 >> 6] >> (250 & 63) & 1);
+    ascm_pool_reset(p); /* forgets the sizes freed */
+    CHECK(!(p->sizes_freed[250 >> 6] >> (250 & 63) & 1));
+    ascm_pool_destroy(p);
+}
+
 static void test_paged_granule_placement(void) {
     ascm_pool *p;
     const uint64_t G = 64u << 10, R1 = (1ull << 36) + (4u << 20), R2 = (1ull << 36) + (8u << 20);
@@ -1350,6 +1410,7 @@ int main(void) {
         {"pool_refuses_wrapping_requests", test_pool_refuses_wrapping_requests},
         {"paged_regions", test_paged_regions},
         {"paged_granule_placement", test_paged_granule_placement},
+        {"paged_mapped_first", test_paged_mapped_first},
         {"pool_batch", test_pool_batch},
         {"exhaustion_soak", test_exhaustion_soak},
         {"device_chunks", test_device_chunks},
