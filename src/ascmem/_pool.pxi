@@ -1,0 +1,275 @@
+# Pool: best fit and slabs over one range (csrc/pool*.c), and NoopPool, the
+# floor its benchmarks are read against.  Included by _core.pyx.
+
+cdef str _pool_config_problem(ascm_pool_config *c):
+    """Which rule of ascm_pool_create a configuration breaks, in words."""
+    cdef uint64_t page = c.page_size if c.page_size else c.min_block
+    if c.min_block == 0 or c.min_block & (c.min_block - 1) or c.min_block > (1 << 31):
+        return f"min_block {c.min_block} must be a power of two of at most 2 GiB"
+    if page & (page - 1):
+        return f"page_size {page} must be a power of two"
+    if c.paged and page < c.min_block:
+        return f"granule {page} must be at least min_block {c.min_block}"
+    if c.size == 0 or c.size % c.min_block:
+        return f"size {c.size} must be a non-zero multiple of min_block {c.min_block}"
+    if c.base % c.min_block:
+        return f"base {c.base:#x} must be a multiple of min_block {c.min_block}"
+    if c.base + c.size < c.base:
+        return f"the range [{c.base:#x}, +{c.size}) wraps past the end of the address space"
+    if c.size // c.min_block >= (1 << 32) - 1:
+        return (f"size {c.size} is {c.size // c.min_block} units of min_block {c.min_block}; a "
+                f"pool holds fewer than 2**32 - 1 units: use a larger min_block")
+    return "the configuration was refused"
+
+
+@cython.final
+cdef class Pool:
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches="off")
+--
+
+    A pool over the address range [base, base + size): slabs for requests
+    up to 32 KiB, best fit with coalescing above.  Thread-safe.
+
+    ``page_size`` (default ``min_block``) is the page whose use the pool
+    counts in ``stats()['pages_in_use']``.
+
+    ``granule`` (a power of two, a multiple of ``min_block``) makes the pool
+    paged: its range is virtual and physical memory is counted as mapped in
+    granules, from a granule's first live byte to its last; up to
+    ``release_threshold`` bytes of free granules stay mapped for reuse.
+    ``stats()`` then has ``mapped``, ``peak_mapped``, ``map_calls`` and
+    ``unmap_calls``; ``trim()`` unmaps the kept granules.
+
+    ``thread_caches`` ("off", "on" or "auto": from the first time two threads
+    meet at the pool's lock) puts a cache of small blocks per thread in front
+    of the lock, for callers that allocate without the GIL (``cimport`` or
+    the C API).  Statistics, ``check()`` and walks flush them first.
+    """
+
+    def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
+                  release_threshold=0, thread_caches="off"):
+        cdef ascm_pool_config cfg
+        memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
+        cfg.size = as_u64(size, "size")
+        cfg.base = as_u64(base, "base")
+        cfg.min_block = as_u64(min_block, "min_block")
+        cfg.page_size = 0 if page_size is None else as_u64(page_size, "page_size")
+        cfg.release_threshold = as_u64(release_threshold, "release_threshold")
+        if granule is not None:
+            cfg.paged = 1
+            if page_size is not None and cfg.page_size != as_u64(granule, "granule"):
+                raise InvalidArgumentError("a paged pool's page is its granule: give one of "
+                                           "page_size and granule")
+            cfg.page_size = as_u64(granule, "granule")
+            if cfg.page_size == 0:
+                raise InvalidArgumentError("granule must be a power of two, at least min_block")
+        elif cfg.release_threshold:
+            raise InvalidArgumentError("release_threshold applies to paged pools: give a granule")
+        self._p = NULL
+        cdef int st = ascm_pool_create(&cfg, &self._p)
+        if st == ASCM_ERR_INVAL:
+            raise InvalidArgumentError(f"bad pool: {_pool_config_problem(&cfg)}")
+        if st != ASCM_OK:
+            raise OutOfMemoryError("host memory for the pool's metadata ran out")
+        modes = {"off": ASCM_CACHES_OFF, "on": ASCM_CACHES_ON, "auto": ASCM_CACHES_AUTO}
+        if thread_caches not in modes:
+            raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {thread_caches!r}")
+        ascm_pool_set_thread_caches(self._p, modes[thread_caches])
+        self.thread_caches = thread_caches
+        self.base = cfg.base
+        self.capacity = cfg.size
+        self.min_block = cfg.min_block
+        self.page_size = cfg.page_size if cfg.page_size else cfg.min_block
+        self.granule = self.page_size if cfg.paged else 0
+        self.release_threshold = cfg.release_threshold
+
+    def __reduce__(self):
+        raise _not_picklable(self, "its pool state lives in C memory of this process")
+
+    def __dealloc__(self):
+        if self._p is not NULL:
+            if not self._closed:
+                _warn_leaks("Pool", self._p, None)
+            ascm_pool_destroy(self._p)
+
+    cdef int alloc_raw(self, uint64_t size, uint64_t align, uint64_t *addr) noexcept nogil:
+        return ascm_pool_alloc(self._p, size, align, addr)
+
+    cdef int free_raw(self, uint64_t addr) noexcept nogil:
+        return ascm_pool_free(self._p, addr)
+
+    cdef int alloc_handle_raw(self, uint64_t size, uint64_t align, uint64_t *addr,
+                              ascm_handle *handle) noexcept nogil:
+        return ascm_pool_alloc_handle(self._p, size, align, addr, handle)
+
+    cdef int free_handle_raw(self, ascm_handle handle) noexcept nogil:
+        return ascm_pool_free_handle(self._p, handle)
+
+    def alloc(self, nbytes, align=64):
+        """Allocates nbytes at a multiple of align; returns the address."""
+        cdef uint64_t addr, size = as_u64(nbytes, "size"), al = _align(align)
+        cdef int st = ascm_pool_alloc(self._p, size, al, &addr)
+        if st != ASCM_OK:
+            self._alloc_error(st, size, al)
+        return addr
+
+    cdef _alloc_error(self, int st, uint64_t size, uint64_t align):
+        if self._closed:
+            raise ClosedError("the pool is closed")
+        cdef ascm_stats s
+        ascm_pool_stats(self._p, &s)
+        _raise(st, _alloc_failure(st, size, align, self.capacity, &s))
+
+    def free(self, addr):
+        """Frees the block that starts at addr."""
+        cdef uint64_t a = as_u64(addr, "address")
+        cdef int st = ascm_pool_free(self._p, a)
+        if st != ASCM_OK:
+            if self._closed:
+                raise ClosedError("the pool is closed")
+            _raise(st, f"{a:#x} is not the start of a live block of this pool")
+
+    def usable_size(self, addr):
+        """Bytes usable at addr (the request rounded to its size class)."""
+        cdef uint64_t n, a = as_u64(addr, "address")
+        cdef int st = ascm_pool_usable_size(self._p, a, &n)
+        if st != ASCM_OK:
+            _raise(st, f"{a:#x} is not the start of a live block of this pool")
+        return n
+
+    def requested_size(self, addr):
+        """Bytes the caller asked for at addr."""
+        cdef uint64_t n, a = as_u64(addr, "address")
+        cdef int st = ascm_pool_requested_size(self._p, a, &n)
+        if st != ASCM_OK:
+            _raise(st, f"{a:#x} is not the start of a live block of this pool")
+        return n
+
+    def alloc_many(self, sizes, align=64):
+        """Allocates every size (all or nothing); returns a uint64 array.
+        Runs without the GIL; every 256 blocks a thread waiting for the pool
+        gets it, and if that thread resets the pool the batch starts again."""
+        cdef uint64_t al = _align(align)
+        cdef const uint64_t[::1] sz = _sizes_array(sizes)
+        np = _numpy()
+        out = np.empty(sz.shape[0], dtype=np.uint64)
+        cdef uint64_t[::1] addrs = out
+        cdef size_t done = 0, undone = 0, n = sz.shape[0]
+        cdef int st = ASCM_OK
+        cdef ascm_stats s
+        if n:
+            with nogil:
+                st = ascm_pool_alloc_many(self._p, &sz[0], n, al, &addrs[0], &done)
+        if st != ASCM_OK:
+            if self._closed:
+                raise ClosedError("the pool is closed")
+            ascm_pool_stats(self._p, &s)  # as it was when the request failed
+            msg = _alloc_failure(st, sz[done], al, self.capacity, &s)
+            if done:
+                with nogil:
+                    ascm_pool_free_many(self._p, &addrs[0], done, &undone)
+            _raise(st, f"alloc_many: item {done} of {n}: {msg}; the {done} blocks already "
+                       f"allocated were given back")
+        return out
+
+    def free_many(self, addrs):
+        """Frees every address; raises InvalidFreeError after freeing the
+        valid ones if any address was not a live block.  Runs without the
+        GIL, letting a waiting thread in every 256 blocks; a reset by it
+        frees the rest."""
+        cdef const uint64_t[::1] a = _u64_array(addrs, "addresses")
+        cdef size_t done = 0, n = a.shape[0]
+        cdef int st = ASCM_OK
+        if n:
+            with nogil:
+                st = ascm_pool_free_many(self._p, &a[0], n, &done)
+        if st != ASCM_OK:
+            if self._closed:
+                raise ClosedError("the pool is closed")
+            _raise(st, f"{n - done} of {n} addresses were not live blocks of this pool "
+                       f"(the other {done} were freed)")
+
+    def stats(self):
+        """Counters and sizes (capacity, used, requested, peaks, free,
+        largest_free, cached_bytes, counts, pages, metadata), in bytes."""
+        cdef ascm_stats s
+        ascm_pool_stats(self._p, &s)
+        d = _stats_dict(&s)
+        if self.granule:
+            d.update(mapped=s.mapped, peak_mapped=s.peak_mapped, map_calls=s.map_calls,
+                     unmap_calls=s.unmap_calls)
+        return d
+
+    def check(self):
+        """Walks every invariant; raises CorruptionError naming a broken one."""
+        cdef char msg[MSG_LEN]
+        msg[0] = 0
+        cdef int st
+        with nogil:
+            st = ascm_pool_check(self._p, msg, MSG_LEN)
+        if st != ASCM_OK:
+            _raise(st, msg.decode("utf-8", "replace") or "check failed")
+
+    def reset(self):
+        """Frees every block at once; addresses from before are invalid."""
+        if self._closed:
+            raise ClosedError("reset: the pool is closed")
+        ascm_pool_reset(self._p)
+
+    def close(self):
+        """Ends the pool: blocks still live are reported (ResourceWarning, as
+        when a pool is collected with them) and dropped; every later
+        allocation, free and reset raises ClosedError (C callers get
+        ASCM_ERR_NOMEM / BADFREE); statistics stay readable.  Idempotent."""
+        if self._closed:
+            return
+        _warn_leaks("Pool", self._p, None)
+        self._closed = True  # first: a batch of another thread that fails now says "closed"
+        ascm_pool_close(self._p)  # one step: no batch's hand-over comes between the reset and closing
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def reset_peaks(self):
+        """Peak statistics start again from current use."""
+        ascm_pool_reset_peaks(self._p)
+
+    def reset_peak_memory_stats(self):
+        """PyTorch's name for reset_peaks()."""
+        ascm_pool_reset_peaks(self._p)
+
+    def trim(self):
+        """Gives spare empty slabs back, and unmaps a paged pool's kept
+        granules; returns the bytes released."""
+        return ascm_pool_trim(self._p)
+
+    def __contains__(self, addr):
+        try:
+            return bool(ascm_pool_contains(self._p, as_u64(addr, "address")))
+        except InvalidArgumentError:  # ArgumentTypeError too
+            return False
+
+    def __repr__(self):
+        s = self.stats()
+        return (f"<ascmem.Pool base={self.base:#x} capacity={_fmt_bytes(self.capacity)} "
+                f"used={_fmt_bytes(s['used'])} live={s['live_count']}>")
+
+
+# ---- the floor for benchmarks ----------------------------------------------------
+
+@cython.final
+cdef class NoopPool:
+    """Same call signatures as Pool, no work: a benchmark's floor (what a
+    Python -> Cython call pair costs with nothing behind it)."""
+
+    def alloc(self, nbytes, align=64):
+        # An address-sized result, as any allocator must return.  Returning
+        # nbytes itself handed back CPython's cached small int for 64 and so
+        # skipped the int allocation every real address costs (~15 ns).
+        return as_u64(nbytes, "size") | (<uint64_t>1 << 40)
+
+    def free(self, addr):
+        as_u64(addr, "address")
