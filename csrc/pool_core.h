@@ -1,0 +1,310 @@
+/* The pool as every file that touches one sees it: the pool struct, its
+ * lock, and the slab paths inline in the pool's entry points.  Included by
+ * internal.h, after the building blocks it uses (bits, lock, bitmap,
+ * address map, fit, slab types, paging). */
+#ifndef ASCMEM_POOL_CORE_H
+#define ASCMEM_POOL_CORE_H
+
+#ifndef ASCMEM_INTERNAL_H
+#error "include internal.h, which includes this"
+#endif
+
+/* ---- pool --------------------------------------------------------------- */
+
+/* Where slabs get their storage: the pool lends them large blocks through
+ * this interface (set up by ascm_pool_create), so that slab.c never calls
+ * into pool.c.  take: a block of bytes at an align boundary, charged, as its
+ * node and byte offset; give: back to the large-block path; lent: whether
+ * node is a block lent at off (for check). */
+typedef struct ascm_block_source {
+    int (*take)(void *ctx, uint64_t bytes, uint64_t align, uint32_t *node, uint64_t *off);
+    void (*give)(void *ctx, uint32_t node);
+    int (*lent)(const void *ctx, uint32_t node, uint64_t off);
+    void *ctx;
+} ascm_block_source;
+
+struct ascm_pool {
+    /* Read without the pool lock by thread caches, never written after
+     * creation but for caches_on: kept off the lines the lock's holder writes */
+    uint64_t base, size, gran;
+    unsigned gshift, pshift;
+    unsigned sgshift;     /* log2 of the slab granule: max(unit, 8 KiB); slabs align to it */
+    /* the lock every call takes: &lock, or the lock of the device the pool
+     * belongs to (ascm_pool_create_shared); NULL: single-threaded, the
+     * caller serialises calls */
+    ascm_lock *lock_at;
+    ascm_lock *domain;    /* lock_at, or &lock when single-threaded: holds `deferred` */
+    int caches_on;        /* thread caches: __atomic; set under the lock (and every cache's) */
+    uint64_t uid;         /* never reused: tells a thread's stale cache entries apart */
+    ascm_slab_table slabtab; /* each slab granule -> the slab that covers it */
+
+    _Alignas(64) ascm_lock lock; /* the pool's own; unused while it shares another */
+    ascm_fork_node fork;  /* pools with a lock of their own are registered for fork() (forksafe.c) */
+    int closed;           /* retired chunk: every allocation fails */
+    uint64_t resets;      /* ascm_pool_reset calls: batches notice one in a hand-over */
+    uint64_t page_size, npages, pages_in_use;
+    uint32_t *page_refs;  /* live blocks touching a page, for the two edge pages of each block */
+    ascm_addrmap blocks;  /* first unit of a large block -> its fit node */
+    uint64_t slab_granules, slab_leaves; /* granules in the slab table, leaves made */
+    ascm_charge_fn charge;
+    void *charge_ctx;
+    ascm_paging *paging;  /* paged pools only (paging.c) */
+    uint64_t *sizes_freed; /* paged: bit n, a block of n units (under a granule) was freed (take_block) */
+    /* sizes that go to mapped granules first if freed before (pool.c,
+     * take_paged): n - mapped_lo < mapped_span, in units; span 0: none */
+    uint64_t mapped_lo, mapped_span;
+    ascm_addrmap asleep;  /* paged pools: large blocks put to sleep (first unit -> 1) */
+    ascm_fit fit;
+    uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
+    uint8_t kept_in_map;  /* last_freed still has its entry in `blocks` (pool.c) */
+    uint8_t kept_reused;  /* the kept block before it was taken back by the next request */
+    uint8_t defers;       /* the kept block's discharge may be deferred (pool.c) */
+    ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
+    ascm_slab_class classes[ASCM_SLAB_CLASSES];
+    ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
+    uint64_t hot_off, hot_len; /* the slab of the last slab free, [off, off + len): */
+    uint32_t hot_slab;         /* frees next to it skip both map probes (pool.c) */
+    uint32_t nslabs_cap, nslabs_used, slab_free_index;
+    uint32_t empty_slabs;      /* spares of every class: the sum of classes[].empty */
+    uint64_t slab_bytes;
+    /* statistics */
+    uint64_t used, requested, peak_used, peak_requested;
+    uint64_t live_count, alloc_count, free_count, failed_count, peak_live_count;
+    uint64_t alloc_bytes, freed_bytes, alloc_requested, freed_requested;
+    uint64_t peak_pages, pages_taken, pages_given;
+    /* thread caches (tcache.c) */
+    int caches_mode;             /* ASCM_CACHES_* */
+    ascm_lock caches_lock;       /* the list below; taken before any cache's lock */
+    ascm_fork_node caches_fork;
+    struct ascm_tcache *caches;
+};
+
+void ascm_pool_lock_contended(ascm_pool *p);
+/* Gives the pages of the kept block whose discharge a lock holds deferred
+ * (pool.c); the lock is held.  Every call that takes a lock of pools, but a
+ * single allocation or free, settles first, so that nothing but the
+ * allocation that may take the block back reads its pages still taken. */
+void ascm_pool_settle(ascm_lock *domain);
+static inline void ascm_lock_settle(ascm_lock *l) {
+    if (ASCM_UNLIKELY(l->deferred != NULL)) ascm_pool_settle(l);
+}
+/* The pool lock, and the deferred discharge left as it is: for a single
+ * allocation, which settles itself unless it takes the kept block back,
+ * and a free. */
+static inline void ascm_pool_lock_keeping(ascm_pool *p) {
+    ascm_lock *l = p->lock_at;
+    if (l && ASCM_UNLIKELY(atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
+        ascm_pool_lock_contended(p);
+}
+static inline void ascm_pool_lock(ascm_pool *p) {
+    ascm_pool_lock_keeping(p);
+    ascm_lock_settle(p->domain);
+}
+static inline void ascm_pool_unlock(ascm_pool *p) {
+    if (p->lock_at) ascm_lock_release(p->lock_at);
+}
+/* A pool whose calls take `lock` (which its owner registers for fork) instead
+ * of a lock of its own: a device's pools share the device's budget lock, so
+ * that the charge hook, called with the pool lock held, needs no second
+ * lock (device_budget.c). */
+int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out);
+static inline int ascm_caches_on(const ascm_pool *p) {
+    return __atomic_load_n(&p->caches_on, __ATOMIC_RELAXED);
+}
+
+/* Thread caches (tcache.c).  alloc and free: ASCM_OK, or non-zero when the
+ * pool's locked path must serve the call. */
+void ascm_tcache_init(ascm_pool *p);
+void ascm_tcache_destroy(ascm_pool *p);
+int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t align, uint64_t *addr);
+int ascm_tcache_free(ascm_pool *p, uint64_t addr);
+void ascm_tcache_stop(ascm_pool *p); /* every cache flushed and locked, and the pool lock */
+void ascm_tcache_go(ascm_pool *p);
+/* Pool lock held: used, requested and live counts from the blocks (a child
+ * after fork). */
+void ascm_pool_recount(ascm_pool *p);
+/* For calls that read or change the pool whole (pool_readout.c, reset, trim,
+ * close): the pool lock, and with thread caches on every cache flushed and
+ * held first; returns what ascm_pool_unlock_whole needs. */
+int ascm_pool_lock_whole(ascm_pool *p);
+void ascm_pool_unlock_whole(ascm_pool *p, int whole);
+
+/* Hands the pool's kept last freed block (pool.c) to best fit, its pages
+ * given first if their discharge was deferred. */
+static inline void ascm_pool_flush_last_freed(ascm_pool *p) {
+    if (p->last_freed) {
+        if (ASCM_UNLIKELY(p->domain->deferred == p)) ascm_pool_settle(p->domain);
+        if (p->kept_in_map) ascm_map_take(&p->blocks, p->fit.nodes[p->last_freed].off);
+        p->kept_in_map = p->kept_reused = 0;
+        ascm_fit_give(&p->fit, p->last_freed);
+        p->last_freed = ASCM_NODE_NONE;
+    }
+}
+
+void ascm_slab_init_classes(ascm_pool *p);
+/* Slow paths of the inline slab functions below. */
+int ascm_slab_new(ascm_pool *p, int cls, uint32_t *si);   /* a fresh slab, on the class's list */
+void ascm_slab_list_push(ascm_pool *p, ascm_slab_class *k, uint32_t si);
+void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si);
+void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si); /* keep as spare or release */
+int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
+
+/* The slab class a pool serves a request from, or -1 for the large-block
+ * path (alignment above the unit goes there too). */
+static inline int ascm_pool_class_of(const ascm_pool *p, uint64_t size, uint64_t align) {
+    return align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+}
+
+/* The slab at index si (< nslabs_used) if it holds storage now, else NULL:
+ * the index may be free (tagged odd, see slab.c) or its descriptor idle. */
+static inline ascm_slab *ascm_slab_in_use(const ascm_pool *p, uint32_t si) {
+    ascm_slab *s = p->slabs[si];
+    return ((uintptr_t)s & 1u) || s->idle ? NULL : s;
+}
+
+/* The slab holding byte offset off (off < size), or NULL / 0. */
+static inline ascm_slab *ascm_slab_of(const ascm_pool *p, uint64_t off) {
+    return ascm_slab_table_get(&p->slabtab, off >> p->sgshift);
+}
+static inline uint32_t ascm_slab_at(const ascm_pool *p, uint64_t off) {
+    const ascm_slab *s = ascm_slab_of(p, off);
+    return s ? s->index : 0;
+}
+
+/* The slab of the last slab free, whose range free_locked checks before the
+ * maps; si 0 forgets it. */
+static inline void ascm_slab_remember(ascm_pool *p, uint32_t si) {
+    p->hot_slab = si;
+    p->hot_off = si ? p->slabs[si]->off : 0;
+    p->hot_len = si ? p->classes[p->slabs[si]->cls].slab_bytes : 0;
+}
+
+/* Slot of off in s, or -1 if off is not the start of a slot. */
+static inline int64_t ascm_slab_slot_of(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
+    const ascm_slab_class *k = &p->classes[s->cls];
+    uint64_t rel = off - s->off;
+    uint64_t slot = (rel * k->div_magic) >> 48;
+    if (slot >= s->count || slot * k->size != rel) return -1;
+    return (int64_t)slot;
+}
+
+/* Whether a caller holds the slot.  Live bits are kept only while thread
+ * caches are on (a slot may then be taken but cached); otherwise taken means
+ * live and the taken bits answer (ascm_slab_sync_live makes them agree when
+ * caches come on). */
+static inline int ascm_slab_is_live(const ascm_pool *p, const ascm_slab *s, uint64_t slot) {
+    if (!ascm_caches_on(p)) return (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
+    return (int)((__atomic_load_n(&s->live[slot >> 6], __ATOMIC_RELAXED) >> (slot & 63)) & 1u);
+}
+
+/* Slot of off in s, or -1 if off is not the start of a live slot. */
+static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s, uint64_t off) {
+    int64_t slot = ascm_slab_slot_of(p, s, off);
+    return slot >= 0 && ascm_slab_is_live(p, s, (uint64_t)slot) ? slot : -1;
+}
+
+/* A slot's slack (class size - requested).  A thread cache writes and reads
+ * it without the pool lock, ordered by the slot's live bit; a stale free
+ * racing a reset may read one a cache is writing, so every access is an
+ * atomic one (a plain move on x86). */
+static inline uint32_t ascm_slab_slack(const ascm_slab *s, uint64_t slot) {
+    return __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED);
+}
+static inline void ascm_slab_set_slack(ascm_slab *s, uint64_t slot, uint64_t slack) {
+    __atomic_store_n(&s->slack[slot], (uint16_t)slack, __ATOMIC_RELAXED);
+}
+
+/* A slot's live bit, under the pool lock, while thread caches are on: a
+ * cache may change other bits of the word without the lock, hence atomic. */
+static inline void ascm_slab_set_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
+    if (ASCM_UNLIKELY(ascm_caches_on(p)))
+        __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELEASE);
+}
+/* A live slot stops being live; 0 if it was not live (then nothing changed). */
+static inline int ascm_slab_clear_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
+    uint64_t m = 1ull << (slot & 63);
+    if (ASCM_LIKELY(!ascm_caches_on(p))) return (s->bits[slot >> 6] & m) != 0;
+    return (__atomic_fetch_and(&s->live[slot >> 6], ~m, __ATOMIC_ACQ_REL) & m) != 0;
+}
+/* Pool lock held, caches about to come on: live bits := taken bits. */
+void ascm_slab_sync_live(ascm_pool *p);
+
+/* The hot paths, inline so that a small pair runs in the pool's entry
+ * points with no call (pool.c, alloc_locked and free_locked): the call
+ * overhead was a tenth of a small pair's instructions. */
+
+/* Takes a free slot of class cls out of its slab (not live yet). */
+static inline int ascm_slab_take(ascm_pool *p, int cls, uint32_t *slab, uint32_t *slot_out) {
+    ascm_slab_class *k = &p->classes[cls];
+    uint32_t si = k->partial;
+    if (ASCM_UNLIKELY(!si)) {
+        int st = ascm_slab_new(p, cls, &si);
+        if (st != ASCM_OK) return st;
+    }
+    ascm_slab *s = p->slabs[si];
+    if (s->nfree == s->count) {
+        k->empty--;
+        p->empty_slabs--;
+    }
+    uint32_t w = s->hint;
+    while (s->bits[w] == ~0ull) w++;
+    unsigned bit = ascm_ctz64(~s->bits[w]);
+    s->bits[w] |= 1ull << bit;
+    s->hint = w;
+    if (--s->nfree == 0) ascm_slab_list_unlink(p, k, si);
+    *slab = si;
+    *slot_out = w * 64 + bit;
+    return ASCM_OK;
+}
+
+static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uint64_t *off,
+                                  uint32_t *slab, uint32_t *slot_out) {
+    int st = ascm_slab_take(p, cls, slab, slot_out);
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    ascm_slab *s = p->slabs[*slab];
+    uint32_t size = p->classes[cls].size, slot = *slot_out;
+    ascm_slab_set_slack(s, slot, size - requested);
+    ascm_slab_set_live(p, s, slot);
+    *off = s->off + (uint64_t)slot * size;
+    return ASCM_OK;
+}
+
+/* A taken slot that is not live goes back to its slab. */
+static inline void ascm_slab_put(ascm_pool *p, uint32_t si, uint64_t slot) {
+    ascm_slab *s = p->slabs[si];
+    ascm_slab_class *k = &p->classes[s->cls];
+    uint32_t w = (uint32_t)(slot >> 6);
+    s->bits[w] &= ~(1ull << (slot & 63));
+    if (w < s->hint) s->hint = w;
+    if (s->nfree++ == 0) ascm_slab_list_push(p, k, si);
+    if (ASCM_UNLIKELY(s->nfree == s->count)) ascm_slab_emptied(p, k, si);
+}
+
+/* off is a byte offset in the pool, in slab si. */
+static inline int ascm_slab_free(ascm_pool *p, uint32_t si, uint64_t off, uint64_t *usable,
+                                 uint64_t *requested) {
+    ascm_slab *s = p->slabs[si];
+    int64_t slot = ascm_slab_slot_of(p, s, off);
+    if (ASCM_UNLIKELY(slot < 0 || !ascm_slab_clear_live(p, s, (uint64_t)slot))) return ASCM_ERR_BADFREE;
+    uint32_t size = p->classes[s->cls].size;
+    *usable = size;
+    *requested = size - ascm_slab_slack(s, (uint64_t)slot);
+    ascm_slab_put(p, si, (uint64_t)slot);
+    return ASCM_OK;
+}
+/* Every slab released at once (reset): descriptors go idle, storage is the caller's. */
+void ascm_slab_forget_all(ascm_pool *p);
+void ascm_slab_destroy(ascm_pool *p); /* descriptors and table freed */
+/* Frees idle descriptors: call only while no thread cache can read one. */
+void ascm_slab_free_idle(ascm_pool *p);
+/* Gives every empty slab back to the large-block path; returns the bytes. */
+uint64_t ascm_slab_trim(ascm_pool *p);
+uint64_t ascm_slab_metadata_bytes(const ascm_pool *p);
+uint64_t ascm_slab_cached_bytes(const ascm_pool *p); /* bytes of empty spare slabs */
+/* 1 if the slab stored at byte offset off holds no live slot */
+int ascm_slab_is_empty_at(const ascm_pool *p, uint64_t off);
+int ascm_slab_check(const ascm_pool *p, uint64_t *live, uint64_t *used, uint64_t *requested,
+                    char *msg, size_t msglen);
+void ascm_slab_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);
+
+#endif /* ASCMEM_POOL_CORE_H */
