@@ -123,7 +123,7 @@ static void give_block(ascm_pool *p, uint32_t node) {
     ascm_fit_give(&p->fit, node);
 }
 
-/* The block source slabs take their storage from (internal.h), marked as
+/* The block source slabs take their storage from (pool_core.h), marked as
  * slab storage for the walks.  Contiguous pools take it from the high end of
  * large free regions, so that slabs gather away from the large blocks
  * (fit.c).  Paged pools take it like any block: at the top of a virtual

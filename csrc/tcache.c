@@ -14,7 +14,7 @@
  * live -> cached without the pool lock: the slab table (leaves never freed)
  * finds the descriptor (not freed while caches are on), and an atomic fetch-and on the live bit
  * decides between a racing double free and the first one.  The pool's own
- * paths change live bits atomically too while caches are on (internal.h).
+ * paths change live bits atomically too while caches are on (pool_core.h).
  *
  * Locks, outermost first: the pool's caches_lock (the list), a cache's lock
  * (its owner takes it on every call, others to flush it), the pool lock.
