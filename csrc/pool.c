@@ -87,8 +87,8 @@ static inline int mapped_first(const ascm_pool *p, uint64_t n) {
  * bert_train 0.958 -> 0.962, the other thirteen shipped traces unchanged at
  * 2 MiB and 64 KiB; on two traces recorded afterwards to judge it
  * (diffusion_denoise, speech_to_text) unchanged at 2 MiB, speech_to_text
- * 0.994 -> 0.996 at 64 KiB.  For any size under a granule (not only a
- * quarter or more) the model read bert 0.962 where this reads 0.966. */
+ * 0.994 -> 0.996 at 64 KiB.  In the model, the rule for every size under
+ * a granule read bert 0.962, for a quarter granule or more 0.966. */
 static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t requested, uint32_t *node) {
     uint64_t g = 1ull << (p->pshift - p->gshift);
     if (ASCM_UNLIKELY(mapped_first(p, n)) && align_units_for(p, align) == 1 &&
@@ -151,6 +151,15 @@ ascm_block_source ascm_pool_slab_source(ascm_pool *p) {
     return (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
 }
 
+/* Whether the kept block's granules are still mapped.  Out of line: in
+ * line, it made reuse_last_freed too large for GCC to put in line in its
+ * callers (the C steady large pair 710 -> 736 instructions). */
+static __attribute__((noinline)) int kept_granules_mapped(const ascm_pool *p, const ascm_fit_node *blk) {
+    unsigned shift = p->pshift - p->gshift; /* units to granules */
+    uint64_t first = blk->off >> shift, last = ((uint64_t)blk->off + blk->len - 1) >> shift;
+    return granule_is_mapped(p, first) && (last == first || granule_is_mapped(p, last));
+}
+
 /* Whether a paged pool reuses its kept block in place: not when its size
  * goes to mapped granules first and its own granules are no longer mapped
  * (take_paged places it then: reused in place, most blocks of
@@ -158,13 +167,6 @@ ascm_block_source ascm_pool_slab_source(ascm_pool *p) {
  * cost is on a path that maps a granule anyway: a loop freeing and taking
  * back one 1 MiB block with no release threshold, 1,236 -> 2,095
  * instructions a Python pair (map and unmap hooks not counted). */
-/* Out of line: in line, it made reuse_last_freed too large for GCC to put in
- * line in its callers (the C steady large pair 710 -> 736 instructions). */
-static __attribute__((noinline)) int kept_granules_mapped(const ascm_pool *p, const ascm_fit_node *blk) {
-    unsigned shift = p->pshift - p->gshift; /* units to granules */
-    uint64_t first = blk->off >> shift, last = ((uint64_t)blk->off + blk->len - 1) >> shift;
-    return granule_is_mapped(p, first) && (last == first || granule_is_mapped(p, last));
-}
 static inline int kept_place_mapped(const ascm_pool *p, const ascm_fit_node *blk) {
     return ASCM_LIKELY(!mapped_first(p, blk->len)) || kept_granules_mapped(p, blk);
 }
