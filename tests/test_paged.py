@@ -475,10 +475,17 @@ def test_placement_model_shows_the_worst_moment():
     granules first peak, which is how placement misses are found."""
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "paged_placement_sim.py")
     trace_path = os.path.join(os.path.dirname(tr.__file__), "examples", "decoder_static_cache.csv.gz")
-    r = subprocess.run([sys.executable, script, "--worst", str(2 * MiB), trace_path],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    head, columns, *rows = r.stdout.splitlines()
+    def worst(*rule):
+        r = subprocess.run([sys.executable, script, "--worst", str(2 * MiB), *rule, trace_path],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        head, columns, *rows = r.stdout.splitlines()
+        return head, [int(line.split()[2]) for line in rows]
+
+    # the rules before mapped granules first: 11 granules where 10 would do
+    head, spans = worst("--rule", "granules")
     assert "11 granules mapped" in head and "9.50 granules of live bytes" in head
-    spans = [int(line.split()[2]) for line in rows]
-    assert len(rows) == 20 and spans.count(2) == 7  # blocks that straddle a granule boundary
+    assert len(spans) == 20 and spans.count(2) == 7  # blocks that straddle a granule boundary
+    # the code's rules (the default): 10, the bound, straddling or not
+    head, spans = worst()
+    assert "rule mapped" in head and "10 granules mapped" in head and len(spans) == 20
