@@ -450,9 +450,9 @@ int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t reg
  * (8 and 256 give the figures of 16 on every trace). */
 #define IN_MAPPED_SCAN 16u
 
-int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
-                         int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
-                         uint32_t *out) {
+uint32_t ascm_fit_find_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
+                              int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
+                              uint64_t *start) {
     const ascm_fit_bins *B = bins_at(f, region, 1);
     uint32_t best = ASCM_NODE_NONE;
     uint64_t best_start = 0;
@@ -475,10 +475,19 @@ int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
             }
         }
     }
-    if (!best) return ASCM_ERR_NOMEM;
+    *start = best_start;
+    return best;
+}
+
+int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
+                         int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
+                         uint32_t *out) {
+    uint64_t start;
+    uint32_t x = ascm_fit_find_mapped(f, n, region, g, mapped, ctx, &start);
+    if (!x) return ASCM_ERR_NOMEM;
     if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
-    carve(f, best, best_start, n, 1);
-    *out = best;
+    carve(f, x, start, n, 1);
+    *out = x;
     return ASCM_OK;
 }
 

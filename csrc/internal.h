@@ -281,6 +281,9 @@ int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t reg
  * block of region where both granules it would touch are mapped (as
  * `mapped` tells), or ASCM_ERR_NOMEM when none allows it (fit.c, "mapped
  * granules first"). */
+uint32_t ascm_fit_find_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
+                              int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
+                              uint64_t *start); /* the free block, or 0; nothing taken */
 int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
                          int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
                          uint32_t *node);

@@ -151,23 +151,27 @@ ascm_block_source ascm_pool_slab_source(ascm_pool *p) {
     return (ascm_block_source){lend_to_slab, return_from_slab, lent_to_slab, p};
 }
 
-/* Whether the kept block's granules are still mapped.  Out of line: in
- * line, it made reuse_last_freed too large for GCC to put in line in its
- * callers (the C steady large pair 710 -> 736 instructions). */
-static __attribute__((noinline)) int kept_granules_mapped(const ascm_pool *p, const ascm_fit_node *blk) {
+/* Whether the kept block's granules are still mapped, or no free block of
+ * the first region offers its size a mapped place (then nothing is gained
+ * by placing it again).  Out of line: in line, it made reuse_last_freed too
+ * large for GCC to put in line in its callers (the C steady large pair 710
+ * -> 736 instructions). */
+static __attribute__((noinline)) int kept_granules_mapped(ascm_pool *p, const ascm_fit_node *blk) {
     unsigned shift = p->pshift - p->gshift; /* units to granules */
-    uint64_t first = blk->off >> shift, last = ((uint64_t)blk->off + blk->len - 1) >> shift;
-    return granule_is_mapped(p, first) && (last == first || granule_is_mapped(p, last));
+    uint64_t first = blk->off >> shift, last = ((uint64_t)blk->off + blk->len - 1) >> shift, start;
+    if (granule_is_mapped(p, first) && (last == first || granule_is_mapped(p, last))) return 1;
+    return !ascm_fit_find_mapped(&p->fit, blk->len, 0, 1ull << shift, granule_mapped, p, &start);
 }
 
 /* Whether a paged pool reuses its kept block in place: not when its size
- * goes to mapped granules first and its own granules are no longer mapped
- * (take_paged places it then: reused in place, most blocks of
- * decoder_static_cache never met the rule, which left it at 0.864).  The
- * cost is on a path that maps a granule anyway: a loop freeing and taking
- * back one 1 MiB block with no release threshold, 1,236 -> 2,095
- * instructions a Python pair (map and unmap hooks not counted). */
-static inline int kept_place_mapped(const ascm_pool *p, const ascm_fit_node *blk) {
+ * goes to mapped granules first, its own granules are no longer mapped and
+ * a mapped place exists (take_paged places it there: reused in place, most
+ * blocks of decoder_static_cache never met the rule, which left it at
+ * 0.864).  The cost is on a path that maps a granule anyway: a loop freeing
+ * and taking back one 1 MiB block with no release threshold, 1,236 -> 1,501
+ * instructions a Python pair (2,095 while the kept block was placed again
+ * whenever its granules went; map and unmap hooks not counted). */
+static inline int kept_place_mapped(ascm_pool *p, const ascm_fit_node *blk) {
     return ASCM_LIKELY(!mapped_first(p, blk->len)) || kept_granules_mapped(p, blk);
 }
 

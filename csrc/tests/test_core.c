@@ -508,6 +508,12 @@ static void test_paged_mapped_first(void) {
     CHECK(p->sizes_freed[250 >> 6] >> (250 & 63) & 1);
     ascm_pool_reset(p); /* forgets the sizes freed */
     CHECK(!(p->sizes_freed[250 >> 6] >> (250 & 63) & 1));
+    /* a kept block whose granule went, with no mapped place for its size
+     * anywhere: reused in place (not handed to best fit and placed again) */
+    CHECK(ascm_pool_alloc(p, 250 * U, 64, &x) == ASCM_OK && x == B);
+    CHECK(ascm_pool_free(p, x) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, 250 * U, 64, &y) == ASCM_OK && y == x && p->kept_reused);
+    POOL_OK(p);
     ascm_pool_destroy(p);
 }
 
