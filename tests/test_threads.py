@@ -270,21 +270,30 @@ def test_batches_racing_resets_return_only_live_blocks_and_let_others_in():
     waiter gets in mid-batch).  Here one thread runs batches, one resets the
     pool now and then and one makes single pairs: every batch that returns
     holds distinct blocks (a reset in the middle restarts it), and the pool
-    is whole at the end."""
-    pool = ascmem.Pool(8 << 30, base=BASE)
-    stop = threading.Event()
+    is whole at the end.
+
+    No thread may free an address a reset made stale: after a reset the same
+    address is another block, and freeing it frees someone else's block (a
+    batch then got that address twice: seen once in CI, under ASan).  So a
+    reset never falls inside a single pair or a free_many (the Python lock
+    `epoch`), and a batch frees its blocks only if no reset came since it
+    began; resets inside alloc_many, the case under test, stay free to come.
+    Blocks a batch does not free wait for the next reset: room for a few
+    batches of about 2 GiB each."""
+    pool = ascmem.Pool(32 << 30, base=BASE)
+    stop, epoch = threading.Event(), threading.Lock()
     errors, singles, resets, batches = [], [0], [0], [0]
     sizes = np.random.default_rng(21).integers(64, 200_000, 20_000)
 
     def batcher():
         try:
             while not stop.is_set():
+                before = resets[0]
                 addrs = pool.alloc_many(sizes)
                 assert len(np.unique(addrs)) == len(addrs)
-                try:
-                    pool.free_many(addrs)
-                except ascmem.InvalidFreeError:
-                    pass  # a reset came between the two calls: the blocks were gone
+                with epoch:
+                    if resets[0] == before:  # else the next reset frees them
+                        pool.free_many(addrs)
                 batches[0] += 1
         except Exception as exc:
             errors.append(exc)
@@ -292,17 +301,15 @@ def test_batches_racing_resets_return_only_live_blocks_and_let_others_in():
     def resetter():
         while not stop.is_set():
             stop.wait(0.01)
-            pool.reset()
-            resets[0] += 1
+            with epoch:
+                pool.reset()
+                resets[0] += 1
 
     def single():
         try:
             while not stop.is_set():
-                a = pool.alloc(100)
-                try:
-                    pool.free(a)
-                except ascmem.InvalidFreeError:
-                    pass  # a reset came in between
+                with epoch:
+                    pool.free(pool.alloc(100))
                 singles[0] += 1
         except Exception as exc:
             errors.append(exc)

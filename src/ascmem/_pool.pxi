@@ -211,7 +211,10 @@ cdef class Pool:
             _raise(st, msg.decode("utf-8", "replace") or "check failed")
 
     def reset(self):
-        """Frees every block at once; addresses from before are invalid."""
+        """Frees every block at once; addresses from before are invalid.
+        A Pool cannot tell such an address from a block placed there since:
+        freeing one frees that block (a Device can: its ranges move at every
+        reset).  Threads that reset must keep others from using old ones."""
         if self._closed:
             raise ClosedError("reset: the pool is closed")
         ascm_pool_reset(self._p)
