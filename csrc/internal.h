@@ -277,13 +277,13 @@ int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint3
  * fit.c). */
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *node);
-/* Paged pools: n units (under a granule of g units) at an end of a free
- * block of region where both granules it would touch are mapped (as
- * `mapped` tells), or ASCM_ERR_NOMEM when none allows it (fit.c, "mapped
- * granules first"). */
+/* Paged pools (fit.c, "mapped granules first"): a free block of region
+ * with a place at one of its ends (*start) where n units (under a granule
+ * of g units) touch only granules `mapped` says are mapped, or 0; nothing is
+ * taken.  ascm_fit_take_mapped takes that place, or is ASCM_ERR_NOMEM. */
 uint32_t ascm_fit_find_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
                               int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
-                              uint64_t *start); /* the free block, or 0; nothing taken */
+                              uint64_t *start);
 int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
                          int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
                          uint32_t *node);

@@ -23,6 +23,9 @@
 #define PAGED_REGIONS 16u
 #define REGION_GRANULES 64u
 
+/* Words of sizes_freed: a bit per size in units, up to a granule. */
+static size_t sizes_freed_words(uint64_t page, uint64_t gran) { return (size_t)((page / gran) >> 6) + 1; }
+
 static uint32_t paged_regions(const ascm_pool *p) {
     uint64_t regions = (p->size >> p->pshift) / REGION_GRANULES;
     return regions < 1 ? 1 : regions > PAGED_REGIONS ? PAGED_REGIONS : (uint32_t)regions;
@@ -64,7 +67,7 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
         return ASCM_ERR_INVAL;
     }
     if (page > gran) p->page_refs = ascm_zalloc_big(p->npages * sizeof *p->page_refs);
-    if (cfg->paged) p->sizes_freed = calloc(((page / gran) >> 6) + 1, sizeof *p->sizes_freed);
+    if (cfg->paged) p->sizes_freed = calloc(sizes_freed_words(page, gran), sizeof *p->sizes_freed);
     int maps = ascm_map_init(&p->blocks) == ASCM_OK;
     if (cfg->paged && ascm_map_init(&p->asleep) != ASCM_OK) maps = 0;
     if (cfg->paged && (p->paging = malloc(sizeof *p->paging)) != NULL &&
@@ -125,7 +128,7 @@ static void reset_locked(ascm_pool *p) {
     p->pages_in_use = 0;
     if (p->paging) {
         p->paging->peak_mapped = 0;
-        memset(p->sizes_freed, 0, (((p->page_size >> p->gshift) >> 6) + 1) * sizeof *p->sizes_freed);
+        memset(p->sizes_freed, 0, sizes_freed_words(p->page_size, p->gran) * sizeof *p->sizes_freed);
     }
     p->used = p->requested = p->peak_used = p->peak_requested = 0;
     p->live_count = p->alloc_count = p->free_count = p->failed_count = p->peak_live_count = 0;

@@ -131,18 +131,11 @@ cdef class Device(_DeviceReadout):
         With a stream, a block that stream alone freed, of the size this
         request gets, is handed back at once.  With a tag, the block joins
         that group for sleep() and wake()."""
-        return _malloc(self, size, policy, stream, tag)
+        return _malloc(self, size, policy, stream, tag, ASCM_SIZE_MALLOC)
 
     def malloc_align32(self, size, policy=0, stream=None, tag=None):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
-        cdef uint64_t addr = 0
-        cdef int kind = -1, events = 0
-        cdef int st = _alloc_first_try(self, size, policy, ASCM_SIZE_ALIGN32, stream, tag, &addr,
-                                       &kind, &events)
-        if st == ASCM_OK and not events:
-            return addr
-        return _alloc(self, size, policy, ASCM_SIZE_ALIGN32, stream, tag, "malloc_align32", st, addr,
-                      kind, events)
+        return _malloc(self, size, policy, stream, tag, ASCM_SIZE_ALIGN32)
 
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the

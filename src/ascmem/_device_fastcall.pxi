@@ -74,7 +74,7 @@ cdef extern from *:
 
 cdef object _malloc_positional(object self, object size, object policy):
     """Device.malloc(size[, policy])."""
-    return _malloc(<Device>self, size, policy, None, None)
+    return _malloc(<Device>self, size, policy, None, None, ASCM_SIZE_MALLOC)
 
 
 cdef object _free_positional(object self, object ptr, object unused):

@@ -19,15 +19,18 @@ cdef inline int _alloc_first_try(Device dev, object size, object policy, int mod
                                        kind, events)
 
 
-cdef inline object _malloc(Device dev, object size, object policy, object stream, object tag):
-    """Device.malloc (and its positional fast call, _device_fastcall.pxi)."""
+cdef inline object _malloc(Device dev, object size, object policy, object stream, object tag,
+                           int mode):
+    """Device.malloc and malloc_align32 (mode ASCM_SIZE_MALLOC or _ALIGN32, a
+    constant at each call), and malloc's positional fast call
+    (_device_fastcall.pxi)."""
     cdef uint64_t addr = 0
     cdef int kind = -1, events = 0
-    cdef int st = _alloc_first_try(dev, size, policy, ASCM_SIZE_MALLOC, stream, tag, &addr, &kind,
-                                   &events)
+    cdef int st = _alloc_first_try(dev, size, policy, mode, stream, tag, &addr, &kind, &events)
     if st == ASCM_OK and not events:
         return addr
-    return _alloc(dev, size, policy, ASCM_SIZE_MALLOC, stream, tag, "malloc", st, addr, kind, events)
+    return _alloc(dev, size, policy, mode, stream, tag,
+                  "malloc" if mode == ASCM_SIZE_MALLOC else "malloc_align32", st, addr, kind, events)
 
 
 cdef object _alloc(Device dev, object size, object policy, int mode, object stream, object tag,
