@@ -61,7 +61,7 @@ cdef class Device(_DeviceReadout):
             raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_BACKENDS)}")
         self.backend = backend
         cdef uint64_t did = as_u64(device_id, "device_id")
-        if did >= (1 << (64 - _DEVICE_SHIFT)) - 1:
+        if did >= (<uint64_t>1 << (64 - _DEVICE_SHIFT)) - 1:
             raise InvalidArgumentError(f"device_id {device_id} is too large")
         self.device_id = <int>did
         lay = _profiles.layout(self.profile, self.mode, memory=_opt_u64(memory, "memory"),

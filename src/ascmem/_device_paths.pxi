@@ -23,7 +23,7 @@ cdef inline object _malloc(Device dev, object size, object policy, object stream
                            int mode):
     """Device.malloc and malloc_align32 (mode ASCM_SIZE_MALLOC or _ALIGN32, a
     constant at each call), and malloc's positional fast call
-    (_device_fastcall.pxi)."""
+    (_fastcall.pxi)."""
     cdef uint64_t addr = 0
     cdef int kind = -1, events = 0
     cdef int st = _alloc_first_try(dev, size, policy, mode, stream, tag, &addr, &kind, &events)

@@ -107,11 +107,7 @@ cdef class Pool:
 
     def alloc(self, nbytes, align=64):
         """Allocates nbytes at a multiple of align; returns the address."""
-        cdef uint64_t addr, size = as_u64(nbytes, "size"), al = _align(align)
-        cdef int st = ascm_pool_alloc(self._p, size, al, &addr)
-        if st != ASCM_OK:
-            self._alloc_error(st, size, al)
-        return addr
+        return _pool_alloc(self, nbytes, _align(align))
 
     cdef _alloc_error(self, int st, uint64_t size, uint64_t align):
         if self._closed:
@@ -122,12 +118,7 @@ cdef class Pool:
 
     def free(self, addr):
         """Frees the block that starts at addr."""
-        cdef uint64_t a = as_u64(addr, "address")
-        cdef int st = ascm_pool_free(self._p, a)
-        if st != ASCM_OK:
-            if self._closed:
-                raise ClosedError("the pool is closed")
-            _raise(st, f"{a:#x} is not the start of a live block of this pool")
+        _pool_free(self, addr)
 
     def usable_size(self, addr):
         """Bytes usable at addr (the request rounded to its size class)."""
@@ -259,6 +250,31 @@ cdef class Pool:
         s = self.stats()
         return (f"<ascmem.Pool base={self.base:#x} capacity={_fmt_bytes(self.capacity)} "
                 f"used={_fmt_bytes(s['used'])} live={s['live_count']}>")
+
+
+# Pool.alloc's and Pool.free's bodies, shared with their positional fast
+# calls (_fastcall.pxi); in line in both.
+cdef inline object _pool_alloc(Pool self, object nbytes, uint64_t al):
+    cdef uint64_t addr, size = as_u64(nbytes, "size")
+    cdef int st = ascm_pool_alloc(self._p, size, al, &addr)
+    if st != ASCM_OK:
+        self._alloc_error(st, size, al)
+    return addr
+
+
+cdef inline int _pool_free(Pool self, object addr) except -1:
+    cdef uint64_t a = as_u64(addr, "address")
+    cdef int st = ascm_pool_free(self._p, a)
+    if st != ASCM_OK:
+        _pool_free_failed(self, st, a)
+    return 0
+
+
+cdef int _pool_free_failed(Pool self, int st, uint64_t a) except -1:
+    if self._closed:
+        raise ClosedError("the pool is closed")
+    _raise(st, f"{a:#x} is not the start of a live block of this pool")
+    return -1
 
 
 # ---- the floor for benchmarks ----------------------------------------------------

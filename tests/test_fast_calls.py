@@ -1,6 +1,7 @@
-"""Device.malloc and Device.free take one or two positional arguments by a
-call of their own (src/ascmem/_device_fastcall.pxi) and every other call by
-Cython's wrapper: both must do the same, errors included."""
+"""Pool.alloc, Pool.free, Device.malloc and Device.free take one or two
+positional arguments by a call of their own (src/ascmem/_fastcall.pxi) and
+every other call by Cython's wrapper: both must do the same, errors
+included."""
 
 import inspect
 
@@ -141,3 +142,124 @@ def test_a_bound_method_keeps_its_device_alive():
     import gc
     gc.collect()
     free(malloc(64))
+
+
+# ---- Pool.alloc and Pool.free
+
+@pytest.fixture
+def pool():
+    p = ascmem.Pool(64 << 20, base=1 << 32)
+    yield p
+    p.check()
+    p.close()
+
+
+@pytest.mark.parametrize("nbytes", [1, 64, 1000, 40 << 10, 3 << 20])
+def test_every_way_of_calling_alloc_gives_the_same_block(pool, nbytes):
+    calls = [
+        lambda: pool.alloc(nbytes),
+        lambda: pool.alloc(nbytes, 64),
+        lambda: pool.alloc(nbytes=nbytes),
+        lambda: pool.alloc(nbytes, align=64),
+        lambda: ascmem.Pool.alloc(pool, nbytes),
+    ]
+    frees = [
+        lambda a: pool.free(a),
+        lambda a: pool.free(addr=a),
+        lambda a: ascmem.Pool.free(pool, a),
+    ]
+    seen = set()
+    for i, call in enumerate(calls):
+        a = call()
+        seen.add((a, pool.usable_size(a)))
+        assert a % 64 == 0
+        frees[i % len(frees)](a)
+    assert len(seen) == 1  # the same block each time
+    assert pool.stats()["live_count"] == 0
+
+
+@pytest.mark.parametrize("align", [4096, 1 << 20])
+def test_a_positional_align_is_honoured(pool, align):
+    blocks = [pool.alloc(100, align) for _ in range(3)]
+    assert all(a % align == 0 for a in blocks)
+    for a in blocks:
+        pool.free(a)
+
+
+@pytest.mark.parametrize("fast, general", [
+    (lambda p: p.alloc("x"), lambda p: p.alloc(nbytes="x")),
+    (lambda p: p.alloc(-1), lambda p: p.alloc(nbytes=-1)),
+    (lambda p: p.alloc(0), lambda p: p.alloc(nbytes=0)),
+    (lambda p: p.alloc(1 << 70), lambda p: p.alloc(nbytes=1 << 70)),
+    (lambda p: p.alloc(128 << 20), lambda p: p.alloc(nbytes=128 << 20)),
+    (lambda p: p.alloc(64, 3), lambda p: p.alloc(64, align=3)),
+    (lambda p: p.alloc(64, -64), lambda p: p.alloc(64, align=-64)),
+    (lambda p: p.alloc(64, 1.5), lambda p: p.alloc(64, align=1.5)),
+    (lambda p: p.free("x"), lambda p: p.free(addr="x")),
+    (lambda p: p.free(12345), lambda p: p.free(addr=12345)),
+    (lambda p: p.free(-1), lambda p: p.free(addr=-1)),
+    (lambda p: p.free(None), lambda p: p.free(addr=None)),
+])
+def test_pool_bad_arguments_raise_as_through_keywords(pool, fast, general):
+    got = _raised(lambda: fast(pool))
+    assert got is not None
+    assert got == _raised(lambda: general(pool))
+
+
+def test_a_double_free_raises_the_same_either_way(pool):
+    a = pool.alloc(64)
+    pool.free(a)
+    assert _raised(lambda: pool.free(a)) == _raised(lambda: pool.free(addr=a))
+    assert _raised(lambda: pool.free(a))[0] is ascmem.InvalidFreeError
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: p.alloc(),
+    lambda p: p.alloc(1, 64, 3),
+    lambda p: p.alloc(1, nonsense=2),
+    lambda p: p.free(),
+    lambda p: p.free(1, 2),
+    lambda p: p.free(1, addr=1),
+])
+def test_pool_wrong_argument_counts_are_type_errors(pool, call):
+    with pytest.raises(TypeError):
+        call(pool)
+
+
+def test_a_closed_pool_refuses_either_way():
+    p = ascmem.Pool(1 << 20)
+    a = p.alloc(64)
+    p.close()
+    assert _raised(lambda: p.alloc(64)) == _raised(lambda: p.alloc(nbytes=64))
+    assert _raised(lambda: p.alloc(64))[0] is ascmem.ClosedError
+    assert _raised(lambda: p.free(a)) == _raised(lambda: p.free(addr=a))
+    assert _raised(lambda: p.free(a))[0] is ascmem.ClosedError
+
+
+def test_the_pool_methods_keep_their_names_signatures_and_docs():
+    assert ascmem.Pool.alloc.__name__ == "alloc"
+    assert ascmem.Pool.alloc.__qualname__ == "Pool.alloc"
+    assert str(inspect.signature(ascmem.Pool.alloc)) == "(self, /, nbytes, align=64)"
+    assert str(inspect.signature(ascmem.Pool.free)) == "(self, /, addr)"
+    assert ascmem.Pool.alloc.__doc__.startswith("Allocates nbytes")
+    assert ascmem.Pool.free.__doc__.startswith("Frees the block")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ascmem.Pool.alloc(object(), 64),
+    lambda: ascmem.Pool.alloc(ascmem.Device("atlas-training"), 64),
+    lambda: ascmem.Pool.free(object(), 64),
+    lambda: ascmem.Pool.alloc(),
+])
+def test_the_unbound_pool_methods_refuse_anything_but_a_pool(call):
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_a_bound_method_keeps_its_pool_alive():
+    p = ascmem.Pool(1 << 20)
+    alloc, free = p.alloc, p.free
+    del p
+    import gc
+    gc.collect()
+    free(alloc(64))
