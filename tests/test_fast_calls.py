@@ -263,3 +263,35 @@ def test_a_bound_method_keeps_its_pool_alive():
     import gc
     gc.collect()
     free(alloc(64))
+
+
+def test_the_entries_leak_no_reference():
+    """The entries hand out and take borrowed references by hand: a leak
+    or an extra release shows in the arguments' reference counts and in
+    the interpreter's count of allocated blocks."""
+    import sys
+    p = ascmem.Pool(64 << 20, base=1 << 32)
+    d = ascmem.Device("atlas-training")
+    size, align, policy = 12345678, 4096, Policy.HUGE_FIRST
+    counts = [sys.getrefcount(x) for x in (size, align, policy, p, d)]
+
+    def pairs():
+        for _ in range(2000):
+            p.free(p.alloc(size))
+            p.free(p.alloc(size, align))
+            d.free(d.malloc(size))
+            d.free(d.malloc(size, policy))
+            for bad in (lambda: p.alloc(-1), lambda: p.free(1), lambda: d.malloc(0, 99),
+                        lambda: d.free(1)):
+                try:
+                    bad()
+                except ascmem.AscmemError:
+                    pass
+
+    pairs()  # warm: caches, interned strings
+    before = sys.getallocatedblocks()
+    pairs()
+    assert sys.getallocatedblocks() - before < 100
+    assert [sys.getrefcount(x) for x in (size, align, policy, p, d)] == counts
+    p.check()
+    d.check()
