@@ -344,8 +344,12 @@ static int try_rest(ascm_device *d, const ascm_route *r, int st, uint64_t *addr,
     return st;
 }
 
-static int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
-                      int *kind, int *events) {
+/* In line in both callers, and ascm_device_try_malloc_held (an entry point,
+ * ASCM_ENTRY) in line in the Cython module's malloc: the two calls and their
+ * seven arguments were ~30 instructions of a ~1,190-instruction Python Device
+ * pair (with ascm_device_free_held in line too, 1,194 -> 1,145). */
+ASCM_SPECIALISED int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                uint64_t *addr, int *kind, int *events) {
     *events = 0;
     ascm_route r;
     if (ASCM_LIKELY(mode == ASCM_SIZE_MALLOC && policy == HUGE_FIRST) && size - 1 < (1ull << 62)) {
@@ -370,8 +374,8 @@ static int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode, 
     return st;
 }
 
-int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
-                                uint64_t *addr, int *kind, int *events) {
+ASCM_ENTRY int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy,
+                                           int mode, uint64_t *addr, int *kind, int *events) {
     if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed))) {
         *events = 0;
         *kind = -1;
@@ -515,7 +519,7 @@ static __attribute__((noinline)) int free_unguarding(ascm_device *d, uint64_t ad
     return st;
 }
 
-int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
+ASCM_ENTRY int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
     if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed))) {
         *kind = -1;
         return ASCM_ERR_CLOSED;

@@ -21,11 +21,12 @@
 /* A function called with a constant argument that selects a variant, so
  * that each call site compiles to that variant alone (fit.c's regions). */
 #define ASCM_SPECIALISED static inline __attribute__((always_inline))
-/* The pool's alloc and free entry points: external functions that LTO puts
- * in line in their callers (the device, the Cython module, the C
- * benchmarks), where GCC's own size limit stopped inlining them once the
- * slab path was in line in them (a Device pair of 1 MiB, 445 -> 487
- * instructions, 435 with this). */
+/* The pool's alloc and free entry points, and the device's held ones:
+ * external functions that LTO puts in line in their callers (the device,
+ * the Cython module, the C benchmarks), where GCC's own size limit stopped
+ * inlining them once the slab path was in line in them (a Device pair of
+ * 1 MiB, 445 -> 487 instructions, 435 with this; device.c, device_try, for
+ * the device's). */
 #define ASCM_ENTRY __attribute__((always_inline)) inline
 #define ASCM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define ASCM_UNLIKELY(x) __builtin_expect(!!(x), 0)
