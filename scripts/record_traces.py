@@ -1,4 +1,4 @@
-"""Records real allocation traces of thirteen model families with PyTorch's
+"""Records real allocation traces of fifteen model families with PyTorch's
 profiler on the CPU, as ../shared/traces/README.md describes for
 pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
 
@@ -36,17 +36,22 @@ pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
   speech_to_text     a Whisper-style encoder (convolutions, 4 layers) and a
                      4-layer decoder with cross-attention and a KV cache
                      grown by torch.cat, 5 requests of batch 1-4
+  convnext_multires  ConvNeXt-T-shaped inference (7x7 depthwise convolutions,
+                     channels-last layer norm and MLP), batch 1-8, 160-288 px
+  lstm_tagger_train  training steps (Adam) of a 2-layer bidirectional LSTM
+                     tagger, batches of 8-64 sequences of 16-128 tokens
 
 Weights are made before recording, so the traces hold the activations,
 workspaces and caches of inference, as the pipeline trace does (and, for
-the three training traces, the gradients, the optimizer state made at the
+the training traces, the gradients, the optimizer state made at the
 first step, and the activations kept for backward).  unet_multires and
 vit_train were recorded after the placement rules they are checked against
 were chosen (sixth session), to judge them on models they were not tuned
 on; so were decoder_static_cache, bert_train and mobilenet_multires (eighth
 session), after the reach of the granule position rule was chosen, and the
-last two (fifteenth session), after the paged pools' "mapped granules
-first" rule was.  Needs torch (2.13.0 CPU was used):
+two after them (fifteenth session), after the paged pools' "mapped
+granules first" rule was; the last two (sixteenth session) after every rule
+in the code.  Needs torch (2.13.0 CPU was used):
 python scripts/record_traces.py [NAME ...]
 With ASCMEM_TRACE_DIR set the traces go there instead (to hold new ones out
 of the repository while a placement change is judged on them).
@@ -525,13 +530,73 @@ def speech_to_text():
     return run
 
 
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block: 7x7 depthwise convolution, layer norm over channels,
+    an MLP of 4x width with GELU, a learned per-channel scale, the residual."""
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, 1, 3, groups=c)
+        self.norm = nn.LayerNorm(c)
+        self.mlp = nn.Sequential(nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c))
+        self.scale = nn.Parameter(torch.full((c,), 1e-6))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)  # channels last for the norm and the MLP
+        y = self.mlp(self.norm(y)) * self.scale
+        return x + y.permute(0, 3, 1, 2)
+
+
+def convnext_multires():
+    """ConvNeXt-T-shaped inference (stages of 3, 3, 9, 3 blocks at 96-768
+    channels, patchify stem, downsampling between stages), batch 1-8 at
+    160-288 pixels drawn at random."""
+    widths, depths, layers, cin = (96, 192, 384, 768), (3, 3, 9, 3), [], 3
+    for i, (w, n) in enumerate(zip(widths, depths)):
+        layers.append(nn.Conv2d(cin, w, 4 if i == 0 else 2, 4 if i == 0 else 2))
+        layers += [ConvNeXtBlock(w) for _ in range(n)]
+        cin = w
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(768, 1000)).eval()
+    rng = random.Random(53)
+    shapes = [(rng.choice((1, 2, 4, 8)), rng.choice((160, 224, 288))) for _ in range(8)]
+
+    def run():
+        with torch.no_grad():
+            for batch, res in shapes:
+                model(torch.randn(batch, 3, res, res))
+    return run
+
+
+def lstm_tagger_train():
+    """Training steps (Adam) of a 2-layer bidirectional LSTM tagger (hidden
+    512) over embeddings of a 30,000-word vocabulary, 40 tags, batches of
+    8-64 sequences of 16-128 tokens drawn at random."""
+    vocab, tags = 30000, 40
+    emb, lstm = nn.Embedding(vocab, 256), nn.LSTM(256, 512, 2, batch_first=True, bidirectional=True)
+    head = nn.Linear(1024, tags)
+    params = [*emb.parameters(), *lstm.parameters(), *head.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3)
+    rng = random.Random(59)
+    shapes = [(rng.choice((8, 16, 32, 64)), rng.choice((16, 32, 64, 128))) for _ in range(10)]
+
+    def run():
+        for batch, seq in shapes:
+            out, _ = lstm(emb(torch.randint(0, vocab, (batch, seq))))
+            loss = nn.functional.cross_entropy(head(out).reshape(-1, tags),
+                                               torch.randint(0, tags, (batch * seq,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
 RECORDERS = (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
              ("decoder_kvcache", decoder_kvcache), ("unet_multires", unet_multires),
              ("vit_train", vit_train), ("resnet18_train", resnet18_train),
              ("seq2seq_generate", seq2seq_generate), ("gru_lm", gru_lm),
              ("mobilenet_multires", mobilenet_multires), ("bert_train", bert_train),
              ("decoder_static_cache", decoder_static_cache),
-             ("diffusion_denoise", diffusion_denoise), ("speech_to_text", speech_to_text))
+             ("diffusion_denoise", diffusion_denoise), ("speech_to_text", speech_to_text),
+             ("convnext_multires", convnext_multires), ("lstm_tagger_train", lstm_tagger_train))
 
 
 def main():

@@ -144,7 +144,9 @@ def test_physical_efficiency_of_the_real_traces():
              "decoder_static_cache": (0.95, 0.995),
              # recorded after the rule above, held out to judge it; the speech
              # model is below 0.95 at 2 MiB (bound 0.977), nothing tuned on it
-             "diffusion_denoise": (0.96, 0.995), "speech_to_text": (0.905, 0.995)}
+             "diffusion_denoise": (0.96, 0.995), "speech_to_text": (0.905, 0.995),
+             # recorded in the sixteenth session, after every rule in the code
+             "convnext_multires": (0.98, 0.995), "lstm_tagger_train": (0.99, 0.995)}
     pipeline = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",
                             "pipeline.csv.gz")
     for name, (at_2m, at_64k) in floor.items():

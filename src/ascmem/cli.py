@@ -13,7 +13,7 @@ import re
 import sys
 
 # shipped workloads and the product each is replayed on by default; the last
-# thirteen are real traces (scripts/record_traces.py), recorded on a CPU
+# fifteen are real traces (scripts/record_traces.py), recorded on a CPU
 EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas-training",
                   "many_small": "atlas-training", "resnet50_multires": "atlas-inference-series",
                   "encoder_varlen": "atlas-a2-inference", "decoder_kvcache": "atlas-a2-inference",
@@ -21,7 +21,8 @@ EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas
                   "resnet18_train": "atlas-a2-training", "seq2seq_generate": "atlas-a2-inference",
                   "gru_lm": "atlas-a2-inference", "mobilenet_multires": "atlas-inference-series",
                   "bert_train": "atlas-a2-training", "decoder_static_cache": "atlas-a2-inference",
-                  "diffusion_denoise": "atlas-a2-inference", "speech_to_text": "atlas-a2-inference"}
+                  "diffusion_denoise": "atlas-a2-inference", "speech_to_text": "atlas-a2-inference",
+                  "convnext_multires": "atlas-inference-series", "lstm_tagger_train": "atlas-a2-training"}
 
 
 def _mib(n):
