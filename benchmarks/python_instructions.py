@@ -1,6 +1,8 @@
 """Instructions per alloc + free pair from Python, counted by valgrind
 (cachegrind): the floor (NoopPool), Pool and Device.malloc at each size,
-and their ratios.  Counts do not depend on the host's load, so two builds
+and their ratios; and a second floor, FastcallNoopPool, whose calls skip
+Cython's argument parsing as Pool's and Device's do (src/ascmem/_fastcall.pxi),
+for reading Pool / floor like for like.  Counts do not depend on the host's load, so two builds
 can be compared on a shared machine where the timed ratios of
 `ascmem bench` move by a tenth from run to run.  Instructions are not time
 (an atomic exchange or a cache miss counts as one): quote both.
@@ -19,11 +21,13 @@ import sys
 SIZES = (64, 4096, 1 << 20, 64 << 20)
 LOOPS = {
     "floor": "a.free(a.alloc(n))",
+    "floor2": "a.free(a.alloc(n))",
     "pool": "a.free(a.alloc(n))",
     "device": "a.free(a.malloc(n))",
 }
 MAKE = {
     "floor": "from ascmem._core import NoopPool; a = NoopPool()",
+    "floor2": "from ascmem._core import FastcallNoopPool; a = FastcallNoopPool()",
     "pool": "import ascmem; a = ascmem.Pool(1 << 30, base=1 << 32)",
     "device": "import ascmem; a = ascmem.Device('atlas-training')",
 }
@@ -51,13 +55,14 @@ def main(argv=None):
         print("needs valgrind")
         return 2
     print(f"{'size':>10s} {'floor':>8s} {'Pool':>8s} {'Device':>8s} {'Pool/floor':>11s} "
-          f"{'Device/Pool':>12s}")
+          f"{'Device/Pool':>12s} {'floor2':>8s} {'Pool/floor2':>12s}")
     for size in SIZES:
         per = {peer: (instructions(peer, size, args.pairs, args.in_function) -
                       instructions(peer, size, 0, args.in_function)) / args.pairs
                for peer in LOOPS}
         print(f"{size:>10d} {per['floor']:8.0f} {per['pool']:8.0f} {per['device']:8.0f} "
-              f"{per['pool'] / per['floor']:11.3f} {per['device'] / per['pool']:12.3f}")
+              f"{per['pool'] / per['floor']:11.3f} {per['device'] / per['pool']:12.3f} "
+              f"{per['floor2']:8.0f} {per['pool'] / per['floor2']:12.3f}")
     return 0
 
 

@@ -295,3 +295,17 @@ def test_the_entries_leak_no_reference():
     assert [sys.getrefcount(x) for x in (size, align, policy, p, d)] == counts
     p.check()
     d.check()
+
+
+def test_the_hand_parsed_floor_does_what_the_floor_does():
+    """FastcallNoopPool, the second floor of benchmarks/python_instructions.py:
+    NoopPool's results and errors through its own entries."""
+    from ascmem._core import FastcallNoopPool, NoopPool
+    fast, plain = FastcallNoopPool(), NoopPool()
+    for call in (lambda a: a.alloc(100), lambda a: a.alloc(100, 4096), lambda a: a.alloc(nbytes=7),
+                 lambda a: a.free(123), lambda a: a.free(addr=123)):
+        assert call(fast) == call(plain)
+    for bad in (lambda a: a.alloc(-1), lambda a: a.alloc("x"), lambda a: a.free(None),
+                lambda a: a.alloc(), lambda a: a.free(1, 2), lambda a: a.alloc(1, x=2)):
+        got = _raised(lambda: bad(fast))
+        assert got is not None and got[0] is _raised(lambda: bad(plain))[0]

@@ -19,7 +19,7 @@ cdef extern from *:
         _PyCFunctionFastWithKeywords general; /* Cython's wrapper: every other call */
     } ascm_fast_method;
 
-    static ascm_fast_method ascm_fast_methods[4];
+    static ascm_fast_method ascm_fast_methods[6];
 
     /* Cython's wrapper of fast method i: a new reference, or NULL with an
      * exception set. */
@@ -107,7 +107,24 @@ cdef object _device_malloc_entry(object self, PyObject **args, Py_ssize_t nargs,
     return ascm_fast_general(2, self, args, nargs, kwnames)
 
 
+cdef object _noop_alloc_entry(object self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
+    """FastcallNoopPool.alloc(nbytes[, align]): NoopPool's work, the Pool's entry."""
+    if kwnames is NULL and (nargs == 1 or nargs == 2):
+        return as_u64(<object>args[0], "size") | (<uint64_t>1 << 40)
+    return ascm_fast_general(4, self, args, nargs, kwnames)
+
+
+cdef object _noop_free_entry(object self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
+    """FastcallNoopPool.free(addr)."""
+    if kwnames is NULL and nargs == 1:
+        as_u64(<object>args[0], "address")
+        return None
+    return ascm_fast_general(5, self, args, nargs, kwnames)
+
+
 ascm_install_fast_method(<PyTypeObject *>Pool, 0, "alloc", <void *>_pool_alloc_entry)
 ascm_install_fast_method(<PyTypeObject *>Pool, 1, "free", <void *>_pool_free_entry)
 ascm_install_fast_method(<PyTypeObject *>Device, 2, "malloc", <void *>_device_malloc_entry)
 ascm_install_fast_method(<PyTypeObject *>Device, 3, "free", <void *>_device_free_entry)
+ascm_install_fast_method(<PyTypeObject *>FastcallNoopPool, 4, "alloc", <void *>_noop_alloc_entry)
+ascm_install_fast_method(<PyTypeObject *>FastcallNoopPool, 5, "free", <void *>_noop_free_entry)

@@ -292,3 +292,16 @@ cdef class NoopPool:
 
     def free(self, addr):
         as_u64(addr, "address")
+
+
+@cython.final
+cdef class FastcallNoopPool:
+    """NoopPool whose alloc and free take a positional call by an entry of
+    their own, as Pool's do (_fastcall.pxi): the floor for reading Pool /
+    floor like for like (benchmarks/python_instructions.py)."""
+
+    def alloc(self, nbytes, align=64):
+        return as_u64(nbytes, "size") | (<uint64_t>1 << 40)
+
+    def free(self, addr):
+        as_u64(addr, "address")
