@@ -5,7 +5,8 @@
 
 Speed: median ns per allocate+free pair from Python, for ascmem's Pool,
 BuddyAllocator and Device, the PyPI package tlsfallocator (OffsetAllocator) and
-the floor (NoopPool: a Cython method pair that does nothing).  Ratios are to
+the floor (NoopPool: a Cython method pair that does nothing; and the same
+with the calls parsed as Pool's are, FastcallNoopPool).  Ratios are to
 the floor and to tlsfallocator, measured in the same process, so machine speed
 and noise cancel as far as they can.  Batch calls, the C core (built on the
 spot when a C compiler is there) and the frugality of each allocator on the
@@ -29,7 +30,7 @@ import numpy as np  # noqa: E402
 
 import ascmem
 from ascmem import trace as tr
-from ascmem._core import NoopPool
+from ascmem._core import FastcallNoopPool, NoopPool
 
 MiB = 1 << 20
 SIZES = (64, 4096, MiB, 64 * MiB)
@@ -54,8 +55,11 @@ def python_pairs(number, repeat):
     dev = ascmem.Device("atlas-training")
     floor = NoopPool()
     env = {"pool": pool, "paged": paged, "resident": resident, "buddy": buddy, "dev": dev,
-           "floor": floor}
+           "floor": floor, "floor2": FastcallNoopPool()}
+    # the second floor parses its calls as Pool's and Device's do
+    # (_fastcall.pxi): Pool / it reads their work like for like
     peers = [("floor (NoopPool)", "floor.free(floor.alloc({n}))"),
+             ("floor, hand-parsed", "floor2.free(floor2.alloc({n}))"),
              ("ascmem Pool", "pool.free(pool.alloc({n}))"),
              ("ascmem Pool, paged", "paged.free(paged.alloc({n}))"),
              ("ascmem BuddyAllocator", "buddy.free(buddy.alloc({n}))"),
@@ -309,6 +313,9 @@ def _run(args):
                  if ("tlsfallocator", n) in by else "")
             cells.append(f"{r['ns']:8.1f} ({floor_ratio:.2f}x{t})")
         print(f"{peer:24s}" + "".join(f"{c:>26s}" for c in cells))
+    print("Pool pair / hand-parsed floor: " + ", ".join(
+        f"{_size(n)} {paired_ratio(by[('ascmem Pool', n)], by[('floor, hand-parsed', n)]):.2f}x"
+        for n in SIZES))
     print("Device pair / Pool pair: " + ", ".join(
         f"{_size(n)} {paired_ratio(by[('ascmem Device.malloc', n)], by[('ascmem Pool', n)]):.2f}x"
         for n in SIZES))
