@@ -2,8 +2,8 @@
 (cachegrind): the floor (NoopPool), Pool and Device.malloc at each size,
 and their ratios; and a second floor, FastcallNoopPool, whose calls skip
 Cython's argument parsing as Pool's and Device's do (src/ascmem/_fastcall.pxi),
-for reading Pool / floor like for like.  Counts do not depend on the host's load, so two builds
-can be compared on a shared machine where the timed ratios of
+for reading Pool / floor like for like.  Counts do not depend on the host's
+load, so two builds can be compared on a shared machine where the timed ratios of
 `ascmem bench` move by a tenth from run to run.  Instructions are not time
 (an atomic exchange or a cache miss counts as one): quote both.
 

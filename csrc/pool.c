@@ -76,7 +76,7 @@ static int granule_mapped(const void *ctx, uint64_t q) { return granule_is_mappe
 /* Whether n units go to mapped granules first: a quarter granule or more,
  * under a granule (a paged pool with regions), of a size freed before. */
 static inline int mapped_first(const ascm_pool *p, uint64_t n) {
-    return n - p->mapped_lo < p->mapped_span && (p->sizes_freed[n >> 6] >> (n & 63) & 1);
+    return mapped_size(p, n) && (p->sizes_freed[n >> 6] >> (n & 63) & 1);
 }
 
 /* Placement in a paged pool's regions (fit.c): a block of a quarter

@@ -49,7 +49,7 @@ struct ascm_pool {
     ascm_charge_fn charge;
     void *charge_ctx;
     ascm_paging *paging;  /* paged pools only (paging.c) */
-    uint64_t *sizes_freed; /* paged: bit n, a block of n units (under a granule) was freed (take_block) */
+    uint64_t *sizes_freed; /* paged: bit n, a block of n units (under a granule) was freed (discharge_block) */
     /* sizes that go to mapped granules first if freed before (pool.c,
      * take_paged): n - mapped_lo < mapped_span, in units; span 0: none */
     uint64_t mapped_lo, mapped_span;

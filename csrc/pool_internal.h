@@ -62,12 +62,18 @@ static inline int charge_block(ascm_pool *p, const ascm_fit_node *blk) {
     return st;
 }
 
+/* Whether n units fall in the sizes placed in mapped granules first (a
+ * quarter granule or more, under a granule: pool.c, take_paged); their
+ * frees are noted in sizes_freed. */
+static inline int mapped_size(const ascm_pool *p, uint64_t n) {
+    return n - p->mapped_lo < p->mapped_span;
+}
+
 static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
     uint64_t lo, hi;
     page_give(p, (uint64_t)blk->off << p->gshift, (uint64_t)blk->len << p->gshift, &lo, &hi);
     if (ASCM_UNLIKELY(p->paging != NULL)) {
-        if (blk->len - p->mapped_lo < p->mapped_span) /* pool.c, take_paged */
-            p->sizes_freed[blk->len >> 6] |= 1ull << (blk->len & 63);
+        if (mapped_size(p, blk->len)) p->sizes_freed[blk->len >> 6] |= 1ull << (blk->len & 63);
         if (hi > lo) ascm_paging_release(p->paging, p->charge, p->charge_ctx, lo, hi);
     } else if (hi != lo && p->charge) {
         p->charge(p->charge_ctx, -(int64_t)((hi - lo) << p->pshift));

@@ -59,6 +59,11 @@ cdef extern from *:
                                  void *entry) except -1
 
 
+# the slot of each replaced method in ascm_fast_methods
+cdef enum:
+    _POOL_ALLOC, _POOL_FREE, _DEVICE_MALLOC, _DEVICE_FREE, _NOOP_ALLOC, _NOOP_FREE
+
+
 # ---- the entries: METH_FASTCALL | METH_KEYWORDS functions (self, args, nargs,
 # kwnames -> a new reference or NULL); the method descriptor has checked
 # self's type before any of them runs
@@ -68,7 +73,7 @@ cdef object _pool_alloc_entry(object self, PyObject **args, Py_ssize_t nargs, Py
     if kwnames is NULL and (nargs == 1 or nargs == 2):
         return _pool_alloc(<Pool>self, <object>args[0],
                            64 if nargs == 1 else _align(<object>args[1]))
-    return ascm_fast_general(0, self, args, nargs, kwnames)
+    return ascm_fast_general(_POOL_ALLOC, self, args, nargs, kwnames)
 
 
 cdef object _pool_free_entry(object self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
@@ -76,7 +81,7 @@ cdef object _pool_free_entry(object self, PyObject **args, Py_ssize_t nargs, PyO
     if kwnames is NULL and nargs == 1:
         _pool_free(<Pool>self, <object>args[0])
         return None
-    return ascm_fast_general(1, self, args, nargs, kwnames)
+    return ascm_fast_general(_POOL_FREE, self, args, nargs, kwnames)
 
 
 cdef object _device_free_entry(object self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
@@ -84,7 +89,7 @@ cdef object _device_free_entry(object self, PyObject **args, Py_ssize_t nargs, P
     if kwnames is NULL and nargs == 1:
         _device_free(<Device>self, <object>args[0], _DEVICE_MASK, None, "free")
         return None
-    return ascm_fast_general(3, self, args, nargs, kwnames)
+    return ascm_fast_general(_DEVICE_FREE, self, args, nargs, kwnames)
 
 
 cdef object _device_malloc_entry(object self, PyObject **args, Py_ssize_t nargs,
@@ -104,14 +109,14 @@ cdef object _device_malloc_entry(object self, PyObject **args, Py_ssize_t nargs,
     if kwnames is NULL and nargs == 2:
         return _malloc(<Device>self, <object>args[0], <object>args[1], None, None,
                        ASCM_SIZE_MALLOC)
-    return ascm_fast_general(2, self, args, nargs, kwnames)
+    return ascm_fast_general(_DEVICE_MALLOC, self, args, nargs, kwnames)
 
 
 cdef object _noop_alloc_entry(object self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
     """FastcallNoopPool.alloc(nbytes[, align]): NoopPool's work, the Pool's entry."""
     if kwnames is NULL and (nargs == 1 or nargs == 2):
-        return as_u64(<object>args[0], "size") | (<uint64_t>1 << 40)
-    return ascm_fast_general(4, self, args, nargs, kwnames)
+        return _noop_alloc(<object>args[0])
+    return ascm_fast_general(_NOOP_ALLOC, self, args, nargs, kwnames)
 
 
 cdef object _noop_free_entry(object self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
@@ -119,12 +124,15 @@ cdef object _noop_free_entry(object self, PyObject **args, Py_ssize_t nargs, PyO
     if kwnames is NULL and nargs == 1:
         as_u64(<object>args[0], "address")
         return None
-    return ascm_fast_general(5, self, args, nargs, kwnames)
+    return ascm_fast_general(_NOOP_FREE, self, args, nargs, kwnames)
 
 
-ascm_install_fast_method(<PyTypeObject *>Pool, 0, "alloc", <void *>_pool_alloc_entry)
-ascm_install_fast_method(<PyTypeObject *>Pool, 1, "free", <void *>_pool_free_entry)
-ascm_install_fast_method(<PyTypeObject *>Device, 2, "malloc", <void *>_device_malloc_entry)
-ascm_install_fast_method(<PyTypeObject *>Device, 3, "free", <void *>_device_free_entry)
-ascm_install_fast_method(<PyTypeObject *>FastcallNoopPool, 4, "alloc", <void *>_noop_alloc_entry)
-ascm_install_fast_method(<PyTypeObject *>FastcallNoopPool, 5, "free", <void *>_noop_free_entry)
+ascm_install_fast_method(<PyTypeObject *>Pool, _POOL_ALLOC, "alloc", <void *>_pool_alloc_entry)
+ascm_install_fast_method(<PyTypeObject *>Pool, _POOL_FREE, "free", <void *>_pool_free_entry)
+ascm_install_fast_method(<PyTypeObject *>Device, _DEVICE_MALLOC, "malloc",
+                         <void *>_device_malloc_entry)
+ascm_install_fast_method(<PyTypeObject *>Device, _DEVICE_FREE, "free", <void *>_device_free_entry)
+ascm_install_fast_method(<PyTypeObject *>FastcallNoopPool, _NOOP_ALLOC, "alloc",
+                         <void *>_noop_alloc_entry)
+ascm_install_fast_method(<PyTypeObject *>FastcallNoopPool, _NOOP_FREE, "free",
+                         <void *>_noop_free_entry)

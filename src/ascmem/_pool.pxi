@@ -285,13 +285,17 @@ cdef class NoopPool:
     Python -> Cython call pair costs with nothing behind it)."""
 
     def alloc(self, nbytes, align=64):
-        # An address-sized result, as any allocator must return.  Returning
-        # nbytes itself handed back CPython's cached small int for 64 and so
-        # skipped the int allocation every real address costs (~15 ns).
-        return as_u64(nbytes, "size") | (<uint64_t>1 << 40)
+        return _noop_alloc(nbytes)
 
     def free(self, addr):
         as_u64(addr, "address")
+
+
+cdef inline object _noop_alloc(object nbytes):
+    # An address-sized result, as any allocator must return.  Returning
+    # nbytes itself handed back CPython's cached small int for 64 and so
+    # skipped the int allocation every real address costs (~15 ns).
+    return as_u64(nbytes, "size") | (<uint64_t>1 << 40)
 
 
 @cython.final
@@ -301,7 +305,7 @@ cdef class FastcallNoopPool:
     floor like for like (benchmarks/python_instructions.py)."""
 
     def alloc(self, nbytes, align=64):
-        return as_u64(nbytes, "size") | (<uint64_t>1 << 40)
+        return _noop_alloc(nbytes)
 
     def free(self, addr):
         as_u64(addr, "address")
