@@ -54,6 +54,30 @@ uint64_t ascm_device_release_idle(ascm_device *d) {
     return fn ? fn(ctx) : 0;
 }
 
+/* Thread caches come to a device's pools as to any pool's (tcache.c): the
+ * pools share the device's lock, which a cache takes only to refill or give
+ * back, and slots come and go inside slabs whose pages are charged already,
+ * so the budget never sees them.  Not on a paged device: there a cache's
+ * flush inside a statistics call may release a slab and unmap granules,
+ * which the acl backend's mapper applies only after an allocation or free
+ * (_acl_paging.pxi). */
+int ascm_device_set_thread_caches(ascm_device *d, int mode) {
+    if (mode != ASCM_CACHES_OFF && mode != ASCM_CACHES_ON && mode != ASCM_CACHES_AUTO) return ASCM_ERR_INVAL;
+    if (d->paged && mode != ASCM_CACHES_OFF) return ASCM_ERR_UNSUPPORTED;
+    ascm_lock_acquire(&d->chunks_lock); /* a chunk added meanwhile takes the new mode */
+    d->caches_mode = mode;
+    int st = ASCM_OK;
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) {
+            int got = ascm_pool_set_thread_caches(t->c[i].pool, mode);
+            if (got != ASCM_OK) st = got;
+        }
+    }
+    ascm_lock_release(&d->chunks_lock);
+    return st;
+}
+
 uint64_t ascm_device_trim(ascm_device *d) {
     uint64_t released = 0;
     for (int k = 0; k < ASCM_KINDS; k++) {
@@ -86,6 +110,8 @@ int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size
         st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
         for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
             if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
+        if (st == ASCM_OK && d->caches_mode != ASCM_CACHES_OFF)
+            st = ascm_pool_set_thread_caches(pool, d->caches_mode);
         if (st == ASCM_OK) {
             *fresh = *t;
             bury(d, grave, t, NULL);

@@ -44,6 +44,13 @@ typedef struct kind_totals { /* what retired chunks of a kind had counted */
     uint64_t alloc_count, free_count, peak_used, peak_requested;
 } kind_totals;
 
+/* One counter of the gate per cache line: a thread counts itself in the
+ * stripe its thread id hashes to (device.c, gate_stripe). */
+#define ASCM_GATE_STRIPES 16
+typedef struct ascm_gate_stripe {
+    _Alignas(64) _Atomic uint64_t n;
+} ascm_gate_stripe;
+
 struct ascm_device {
     _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
     _Atomic int closed; /* beside the tables: the held calls read it every time */
@@ -57,6 +64,7 @@ struct ascm_device {
     uint64_t granule_min;
     int host_is_device; /* RC mode: aclrtMallocHost is device memory (route, new_pool: device.c) */
     uint64_t release_threshold;
+    int caches_mode;      /* ASCM_CACHES_* of every pool, under chunks_lock (device_chunks.c) */
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
     /* blocks the Python layer tracks, which the GIL-free free refuses
@@ -72,10 +80,10 @@ struct ascm_device {
     void *grow_ctx;
     ascm_release_fn release;
     void *release_ctx;
-    /* the gate (device.c, at the top), away from the fields above */
-    char gate_pad[64];
-    _Atomic uint64_t inflight;
-    _Atomic uint32_t shut;   /* quiesce() calls not yet reopened; closed devices stay shut */
+    /* the gate (device.c, at the top): callers inside, counted on a line per
+     * stripe of threads so that two threads' calls do not share a counter */
+    ascm_gate_stripe inflight[ASCM_GATE_STRIPES];
+    _Alignas(64) _Atomic uint32_t shut; /* quiesce() calls not yet reopened; closed devices stay shut */
     ascm_fork_node fork_chunks, fork_budget;
     /* the budget's lock, which the charged pools take as theirs: written on
      * every call, so a line of its own, away from the tables read without it */

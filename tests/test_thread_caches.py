@@ -1,13 +1,18 @@
 """Thread caches from Python (csrc/tcache.c; the C tests in
 csrc/tests/test_tcache.c drive them from native threads): blocks allocated
 on one thread and freed on another, statistics and check() exact, bad frees
-refused, the modes."""
+refused, the modes; a Device's caches under GIL-free callers (the pluggable
+functions through ctypes), with resets and close racing them."""
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
 
 import ascmem
-from ascmem.errors import InvalidArgumentError, InvalidFreeError, OutOfMemoryError
+from ascmem.errors import InvalidArgumentError, InvalidFreeError, OutOfMemoryError, UnsupportedError
 
 
 @pytest.mark.parametrize("mode", ["on", "auto", "off"])
@@ -98,3 +103,136 @@ def test_a_full_pool_takes_back_what_caches_hold():
 def test_bad_modes_are_refused():
     with pytest.raises(InvalidArgumentError):
         ascmem.Pool(1 << 20, thread_caches="sometimes")
+    with pytest.raises(InvalidArgumentError):
+        ascmem.Pool(1 << 20, thread_caches=["on"])  # unhashable: the same error, not a TypeError
+
+
+# ---- a Device's caches (ascm_device_set_thread_caches) ------------------------------
+
+def _run_child(code, timeout=120):
+    """A fresh interpreter, so that a hang is a TimeoutExpired and a crash a
+    return code, not a stuck test run."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+@pytest.mark.parametrize("mode", ["on", "auto", "off"])
+def test_device_caches_serve_gil_free_threads_exactly(mode):
+    """Threads in the pluggable functions (ctypes drops the GIL) on a host-
+    backed Device with thread caches: each block is stamped with its owner
+    and checked before its free (a block handed to two callers shows), while
+    the main thread reads statistics, checks and empties the caches."""
+    r = _run_child(f"""
+        import ctypes, threading, ascmem
+        from ascmem import pluggable as pl
+        d = ascmem.Device("atlas-training", backend="host", device_id=12, thread_caches={mode!r},
+                          pool_sizes={{"normal": 64 << 20, "huge": 64 << 20}})
+        assert d.thread_caches == {mode!r}
+        pl.configure(d)
+        fns = pl.functions()
+        alloc, free = fns[pl.ALLOC], fns[pl.FREE]
+        errors, stop = [], False
+        def churn(seed):
+            live = []
+            try:
+                for i in range(10000):
+                    size = 8 + (seed * 7919 + i * 104729) % 6000
+                    p = alloc(size, 12, None)
+                    assert p, "refused"
+                    ctypes.c_uint64.from_address(p).value = seed << 32 | i
+                    live.append((p, seed << 32 | i))
+                    if len(live) > 40:
+                        p, stamp = live.pop((i * 31) % len(live))
+                        assert ctypes.c_uint64.from_address(p).value == stamp, "shared block"
+                        free(p, 0, 12, None)
+                for p, stamp in live:
+                    assert ctypes.c_uint64.from_address(p).value == stamp, "shared block"
+                    free(p, 0, 12, None)
+            except Exception as e:
+                errors.append(repr(e))
+        threads = [threading.Thread(target=churn, args=(s,)) for s in (1, 2, 3)]
+        for t in threads: t.start()
+        while any(t.is_alive() for t in threads):
+            d.check()
+            st = d.stats()["normal"]
+            assert st["alloc_count"] - st["free_count"] == st["live_count"]
+            d.empty_cache()
+        for t in threads: t.join()
+        assert not errors, errors
+        st = d.stats()["normal"]
+        assert st["live_count"] == 0 and st["used"] == 0 and st["alloc_count"] == 30000
+        d.check()
+        d.empty_cache()
+        pl.unconfigure(12)
+        d.close()
+        print("ok")
+    """)
+    assert r.stdout.startswith("ok")
+
+
+def test_device_caches_survive_reset_and_close_under_gil_free_callers():
+    """As test_reliability's first test, with thread caches on: resets drop
+    the pools (and their caches) while threads are inside the pluggable
+    functions; every call is served or refused, none crashes or hangs."""
+    r = _run_child("""
+        import threading, time, ascmem
+        from ascmem import pluggable as pl
+        MiB = 1 << 20
+        d = ascmem.Device("atlas-training", backend="host", device_id=13, thread_caches="on",
+                          pool_sizes={"normal": (4 * MiB, 64 * MiB), "huge": (8 * MiB, 64 * MiB),
+                                      "dvpp": 2 * MiB, "host": 2 * MiB})
+        pl.configure(d)
+        fns = pl.functions()
+        alloc, free = fns[pl.ALLOC], fns[pl.FREE]
+        stop, served = False, [0]
+        def raw(seed):
+            live, i = [], 0
+            while not stop:
+                i += 1
+                p = alloc(64 + (seed * 7919 + i * 104729) % 20000, 13, None)
+                if p:
+                    live.append(p); served[0] += 1
+                if len(live) > 30:
+                    free(live.pop(0), 0, 13, None)
+        threads = [threading.Thread(target=raw, args=(s,)) for s in range(3)]
+        for t in threads: t.start()
+        t0, resets = time.time(), 0
+        try:
+            while time.time() - t0 < 1.0:
+                d.reset(); resets += 1
+                d.check()
+            d.close()
+        finally:
+            stop = True
+            for t in threads: t.join()
+        assert alloc(100, 13, None) is None
+        pl.unconfigure(13)
+        assert resets > 0 and served[0] > 0
+        print("ok")
+    """)
+    assert r.stdout.startswith("ok")
+
+
+def test_device_caches_modes():
+    assert ascmem.Device("atlas-training").thread_caches == "off"
+    with pytest.raises(InvalidArgumentError):
+        ascmem.Device("atlas-training", thread_caches="sometimes")
+    with pytest.raises(UnsupportedError):
+        ascmem.Device("atlas-a2-training", paged=True, thread_caches="on")
+    assert ascmem.Device("atlas-a2-training", paged=True, thread_caches="off").thread_caches == "off"
+    d = ascmem.Device("atlas-training", thread_caches="on")
+    blocks = [d.malloc(100 + i) for i in range(500)]
+    for b in blocks:
+        d.free(b)
+    st = d.stats()["normal"]
+    assert st["live_count"] == 0 and st["alloc_count"] == st["free_count"] == 500
+    d.check()
+    d.reset()  # the new pools keep the device's caches
+    blocks = [d.malloc(100) for _ in range(100)]
+    for b in blocks:
+        d.free(b)
+    d.check()
+    assert d.stats()["normal"]["live_count"] == 0

@@ -1,7 +1,7 @@
 /* The multi-thread workloads of threads.h against one shared ascm_pool (the
  * pool's own lock, freeing by address), the same with thread caches on
  * ("cached"), and against one shared Device (its chunks' pools and its
- * budget).  make -C benchmarks/c threads */
+ * budget; "device cached": with thread caches).  make -C benchmarks/c threads */
 #define _GNU_SOURCE
 #include "ascmem.h"
 #include "threads.h"
@@ -59,11 +59,22 @@ static void device_destroy(void *a) { ascm_device_destroy((ascm_device *)a); }
 static const backend device_backend = {"ascmem device", device_make, device_alloc, device_free,
                                        device_destroy};
 
+static void *device_cached_make(void) {
+    ascm_device *d = device_make();
+    if (ascm_device_set_thread_caches(d, ASCM_CACHES_ON) != ASCM_OK) exit(1);
+    return d;
+}
+static const backend device_cached_backend = {"ascmem device, thread caches", device_cached_make,
+                                              device_alloc, device_free, device_destroy};
+
 int main(int argc, char **argv) {
     const backend *b = &pool_backend;
+    int device = 0, cached = 0;
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "device")) b = &device_backend;
-        if (!strcmp(argv[i], "cached")) b = &cached_backend;
+        device |= !strcmp(argv[i], "device");
+        cached |= !strcmp(argv[i], "cached");
     }
+    if (device) b = cached ? &device_cached_backend : &device_backend;
+    else if (cached) b = &cached_backend;
     return run_threads(b, argc, argv);
 }

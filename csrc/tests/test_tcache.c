@@ -3,11 +3,13 @@
  * exact while other threads run, double and bad frees refused, cross-thread
  * frees, thread exit, pool destruction before a thread's exit, fork, an
  * allocation that only fits once the caches are flushed, and a Device's
- * kinds under threads, whose pools share the budget's lock. */
+ * kinds under threads, whose pools share the budget's lock, with and
+ * without the device's thread caches. */
 #include "../ascmem.h"
 #include "../internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,6 +530,148 @@ static void test_device_kinds_share_the_budget_lock(void) {
     ascm_device_destroy(d);
 }
 
+/* A Device with thread caches (ascm_device_set_thread_caches): the GIL-free
+ * calls of four threads on normal pages, each block claimed by address, while
+ * the main thread reads statistics and the budget, checks, trims, and shuts
+ * the gate (quiesce, reopen): calls meanwhile are refused, never inside.  The
+ * gate counts callers in one of several stripes by thread; quiesce must wait
+ * for all of them. */
+typedef struct device_claimer {
+    ascm_device *d;
+    int id, steps, closed;
+} device_claimer;
+
+static int device_free_retrying(device_claimer *w, uint64_t a) {
+    int kind, st;
+    while ((st = ascm_device_free(w->d, a, ascm_kind_mask(ASCM_FREE_DEVICE), &kind)) == ASCM_ERR_CLOSED) {
+        w->closed++;
+        sched_yield(); /* the gate is shut for a moment: the block is still ours */
+    }
+    return st;
+}
+
+static void *device_claim_churn(void *arg) {
+    device_claimer *w = arg;
+    uint64_t live[LIVE] = {0}, s = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
+    int kind, events;
+    for (int i = 0; i < w->steps; i++) {
+        int v = (int)(rand_of(&s) % LIVE);
+        if (live[v]) {
+            unclaim(live[v]);
+            CHECK(device_free_retrying(w, live[v]) == ASCM_OK);
+            live[v] = 0;
+        }
+        uint64_t size = rand_of(&s) % 8 ? 1 + rand_of(&s) % 4096 : 1 + rand_of(&s) % 100000;
+        int st = ascm_device_malloc(w->d, size, 2 /* NORMAL_ONLY */, ASCM_SIZE_MALLOC, &live[v], &kind, &events);
+        CHECK(st == ASCM_OK || st == ASCM_ERR_CLOSED);
+        if (st == ASCM_OK) claim(live[v], w->id);
+        else live[v] = 0, w->closed++;
+    }
+    for (int v = 0; v < LIVE; v++)
+        if (live[v]) {
+            unclaim(live[v]);
+            CHECK(device_free_retrying(w, live[v]) == ASCM_OK);
+        }
+    return NULL;
+}
+
+typedef struct gate_holder {
+    ascm_device *d;
+    int inside, release, left; /* __atomic */
+} gate_holder;
+
+static void *hold_the_gate(void *arg) {
+    gate_holder *g = arg;
+    CHECK(ascm_device_enter(g->d));
+    __atomic_store_n(&g->inside, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&g->release, __ATOMIC_ACQUIRE)) sched_yield();
+    usleep(20000); /* quiesce is waiting by now */
+    __atomic_store_n(&g->left, 1, __ATOMIC_RELEASE);
+    ascm_device_leave(g->d);
+    return NULL;
+}
+
+static void test_device_thread_caches(void) {
+    ascm_device_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_block = 4096;
+    cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
+    cfg.size[ASCM_KIND_HUGE] = 1ull << 30;
+    cfg.base[ASCM_KIND_NORMAL] = BASE; /* the owner table's range */
+    cfg.size[ASCM_KIND_NORMAL] = SIZE / 2;
+    cfg.growable[ASCM_KIND_NORMAL] = 1;
+    cfg.budget.shared = 1ull << 30;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    CHECK(ascm_device_set_thread_caches(d, 7) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_ON) == ASCM_OK);
+    CHECK(ascm_device_pool(d, ASCM_KIND_HUGE)->caches_mode == ASCM_CACHES_ON);
+    CHECK(ascm_device_pool(d, ASCM_KIND_NORMAL)->caches_mode == ASCM_CACHES_ON);
+    /* a chunk added afterwards takes the device's mode */
+    CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, BASE + SIZE / 2, SIZE / 2) == ASCM_OK);
+    CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 1, NULL, NULL)->caches_mode == ASCM_CACHES_ON);
+
+    pthread_t t[4];
+    device_claimer w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (device_claimer){d, i, 100000, 0};
+        CHECK(pthread_create(&t[i], NULL, device_claim_churn, &w[i]) == 0);
+    }
+    for (int i = 0; i < 60; i++) {
+        uint64_t charged, held;
+        ascm_device_huge_pages(d, &charged, &held);
+        CHECK(charged == held);
+        ascm_stats st;
+        ascm_device_kind_stats(d, ASCM_KIND_NORMAL, &st);
+        CHECK(st.alloc_count - st.free_count == st.live_count);
+        if (i % 10 == 0) {
+            POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+            ascm_device_trim(d);
+        }
+        if (i % 15 == 7) { /* the gate shut: calls are refused meanwhile, then go on */
+            ascm_device_quiesce(d);
+            usleep(500);
+            ascm_device_reopen(d);
+        }
+        usleep(1000);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    ascm_stats st;
+    ascm_device_kind_stats(d, ASCM_KIND_NORMAL, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.alloc_count == st.free_count && st.alloc_count > 0);
+    for (int c = 0; c < 2; c++) POOL_OK(ascm_device_chunk(d, ASCM_KIND_NORMAL, c, NULL, NULL));
+    ascm_device_trim(d);
+    ascm_budget b;
+    ascm_device_budget(d, &b);
+    CHECK(b.normal_used == 0); /* every cached slot came back, and its slab went */
+
+    /* quiesce waits for a caller inside, whichever stripe it counted in */
+    gate_holder g = {d, 0, 0, 0};
+    pthread_t h;
+    CHECK(pthread_create(&h, NULL, hold_the_gate, &g) == 0);
+    while (!__atomic_load_n(&g.inside, __ATOMIC_ACQUIRE)) sched_yield();
+    __atomic_store_n(&g.release, 1, __ATOMIC_RELEASE);
+    ascm_device_quiesce(d);
+    CHECK(__atomic_load_n(&g.left, __ATOMIC_ACQUIRE) == 1);
+    ascm_device_reopen(d);
+    pthread_join(h, NULL);
+
+    uint64_t bases[ASCM_KINDS] = {0};
+    bases[ASCM_KIND_HUGE] = 1ull << 41;
+    bases[ASCM_KIND_NORMAL] = BASE;
+    CHECK(ascm_device_reset(d, bases) == ASCM_OK); /* the new pools keep the device's caches */
+    CHECK(ascm_device_pool(d, ASCM_KIND_HUGE)->caches_mode == ASCM_CACHES_ON);
+    CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_OFF) == ASCM_OK);
+    CHECK(ascm_device_pool(d, ASCM_KIND_NORMAL)->caches_mode == ASCM_CACHES_OFF);
+    ascm_device_destroy(d);
+
+    cfg.paged = 1; /* not on a paged device */
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_ON) == ASCM_ERR_UNSUPPORTED);
+    CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_OFF) == ASCM_OK);
+    ascm_device_destroy(d);
+}
+
 int main(void) {
     static const test_case tests[] = {
         {"threads_share_a_pool", test_threads_share_a_pool},
@@ -540,6 +684,7 @@ int main(void) {
         {"more_pools_than_entries", test_more_pools_than_entries},
         {"modes_and_resets_race_the_caches", test_modes_and_resets_race_the_caches},
         {"device_kinds_share_the_budget_lock", test_device_kinds_share_the_budget_lock},
+        {"device_thread_caches", test_device_thread_caches},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -151,6 +151,7 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx)
     uint64_t ascm_device_release_idle(ascm_device *d)
     uint64_t ascm_device_trim(ascm_device *d)
+    int ascm_device_set_thread_caches(ascm_device *d, int mode)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
     ascm_pool *ascm_device_pool(ascm_device *d, int kind)
@@ -222,6 +223,7 @@ cdef class _DeviceReadout:
     cdef object _parts
     cdef readonly object profile, mode, backend
     cdef readonly int device_id
+    cdef readonly str thread_caches  # "off", "on" or "auto"
     cdef object __weakref__
 
 

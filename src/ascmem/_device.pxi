@@ -16,7 +16,7 @@
 
 @cython.final
 cdef class Device(_DeviceReadout):
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0)
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, thread_caches='off')
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -47,14 +47,25 @@ cdef class Device(_DeviceReadout):
     to the OS on unmap).
     ``release_threshold``: with paged, bytes of free granules each kind keeps
     mapped for reuse (trimmed by empty_cache()).
+    ``thread_caches``: "off", "on" or "auto" (from the first time two threads
+    meet at a pool's lock): a cache of small blocks per thread in front of
+    each kind's pools, as ``Pool(thread_caches=...)``, for callers that
+    allocate without the GIL (the pluggable allocator, ``cimport``, the C
+    API).  Statistics, ``check()`` and walks flush them first.  Not with
+    ``paged``.
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
 
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
-                  limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0):
+                  limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0,
+                  thread_caches="off"):
         self._d = NULL
+        caches = _caches_mode(thread_caches)
+        if paged and caches != ASCM_CACHES_OFF:
+            raise UnsupportedError("thread_caches with paged=True: a paged device's caches are not "
+                                   "built (a cache's flush may unmap granules outside an allocation)")
         self.profile = _profiles.get(model)
         self.mode = _profiles.mode_of(self.profile, mode)
         if not isinstance(backend, str) or backend not in _BACKENDS:
@@ -87,6 +98,9 @@ cdef class Device(_DeviceReadout):
         parts.growth.bind(self._d)
         if parts.mapper is not None:
             parts.mapper.d = self._d
+        if ascm_device_set_thread_caches(self._d, caches) != ASCM_OK:
+            raise InvalidArgumentError(f"thread_caches: {thread_caches!r}")  # refused above already
+        self.thread_caches = thread_caches
         _live_devices.add(self)
 
     def __reduce__(self):

@@ -22,6 +22,17 @@ cdef str _pool_config_problem(ascm_pool_config *c):
     return "the configuration was refused"
 
 
+cdef int _caches_mode(object name) except -1:
+    """ASCM_CACHES_* of a thread_caches argument (Pool, Device)."""
+    if name == "off" and type(name) is str:
+        return ASCM_CACHES_OFF
+    if name == "on" and type(name) is str:
+        return ASCM_CACHES_ON
+    if name == "auto" and type(name) is str:
+        return ASCM_CACHES_AUTO
+    raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {name!r}")
+
+
 @cython.final
 cdef class Pool:
     """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches="off")
@@ -71,10 +82,7 @@ cdef class Pool:
             raise InvalidArgumentError(f"bad pool: {_pool_config_problem(&cfg)}")
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the pool's metadata ran out")
-        modes = {"off": ASCM_CACHES_OFF, "on": ASCM_CACHES_ON, "auto": ASCM_CACHES_AUTO}
-        if thread_caches not in modes:
-            raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {thread_caches!r}")
-        ascm_pool_set_thread_caches(self._p, modes[thread_caches])
+        ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
         self.base = cfg.base
         self.capacity = cfg.size
