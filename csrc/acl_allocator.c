@@ -22,6 +22,7 @@
  */
 #include "ascmem.h"
 #include "ascmem_acl_allocator.h" /* the exported prototypes, checked against the definitions */
+#include "stripes.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -38,9 +39,11 @@
  * which callers that never pause may never give it (a test saw bind() wait
  * for minutes on two cores). */
 typedef struct acl_slot {
-    _Atomic(ascm_device *) device;
-    _Atomic uint64_t users[2]; /* callbacks between enter() and leave(), by phase */
+    _Alignas(64) _Atomic(ascm_device *) device;
     _Atomic unsigned phase;
+    /* callbacks between enter() and leave(), by phase, by stripe of threads
+     * (stripes.h: the runtime calls from its own threads) */
+    ascm_stripe users[2][ASCM_STRIPES];
 } acl_slot;
 
 static acl_slot slots[ASCM_ACL_ALLOCATOR_SLOTS];
@@ -59,7 +62,7 @@ int ascm_acl_allocator_bind(int slot, ascm_device *d) {
     /* Sequentially consistent, like enter(): a call that counts itself in
      * the old phase after the flip reads the device stored above. */
     unsigned old = atomic_fetch_xor(&s->phase, 1u);
-    while (atomic_load(&s->users[old])) sched_yield(); /* calls that may hold the old one */
+    while (!ascm_stripes_empty(s->users[old])) sched_yield(); /* calls that may hold the old one */
     pthread_mutex_unlock(&binding);
     return ASCM_OK;
 }
@@ -75,16 +78,17 @@ static acl_slot *slot_of(void *allocator) {
 /* The slot's device, entered (release with leave()), or NULL. */
 static ascm_device *enter(acl_slot *s, unsigned *phase) {
     *phase = atomic_load(&s->phase);
-    atomic_fetch_add(&s->users[*phase], 1);
+    _Atomic uint64_t *users = ascm_stripe_of(s->users[*phase]);
+    atomic_fetch_add(users, 1);
     ascm_device *d = atomic_load(&s->device);
     if (d && ascm_device_enter(d)) return d;
-    atomic_fetch_sub(&s->users[*phase], 1);
+    atomic_fetch_sub(users, 1);
     return NULL;
 }
 
 static void leave(acl_slot *s, ascm_device *d, unsigned phase) {
     ascm_device_leave(d);
-    atomic_fetch_sub(&s->users[phase], 1);
+    atomic_fetch_sub(ascm_stripe_of(s->users[phase]), 1);
 }
 
 EXPORT void *ascmem_acl_alloc(void *allocator, size_t size) {
@@ -95,7 +99,7 @@ EXPORT void *ascmem_acl_alloc(void *allocator, size_t size) {
     uint64_t addr = 0;
     int kind, events;
     /* aclrtMalloc's rules and its default policy (huge pages first) */
-    int st = ascm_device_malloc(d, (uint64_t)size, 0, ASCM_SIZE_MALLOC, &addr, &kind, &events);
+    int st = ascm_device_malloc_entered(d, (uint64_t)size, 0, ASCM_SIZE_MALLOC, &addr, &kind, &events);
     leave(s, d, phase);
     return st == ASCM_OK ? (void *)(uintptr_t)addr : NULL;
 }
@@ -107,7 +111,7 @@ EXPORT void ascmem_acl_free(void *allocator, void *block) {
     if (!d) return;
     int kind;
     /* a block that is not live on this device is refused by the pool */
-    (void)ascm_device_free(d, (uint64_t)(uintptr_t)block, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
+    (void)ascm_device_free_entered(d, (uint64_t)(uintptr_t)block, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
     leave(s, d, phase);
 }
 

@@ -394,6 +394,11 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]);
  * the device's memory stays valid until destroy. */
 int ascm_device_enter(ascm_device *d);
 void ascm_device_leave(ascm_device *d);
+/* ascm_device_malloc and ascm_device_free for a caller between its own
+ * enter and leave (one pass of the gate, not two). */
+int ascm_device_malloc_entered(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                               int *kind, int *events);
+int ascm_device_free_entered(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind);
 void ascm_device_quiesce(ascm_device *d);
 void ascm_device_reopen(ascm_device *d);
 int ascm_device_close(ascm_device *d);

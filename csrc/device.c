@@ -7,13 +7,13 @@
  * The gate: callers without the GIL (the capsule, cimport's raw methods, the
  * pluggable-allocator functions) may be inside the device while Python resets
  * or closes it.  Every entry point that reads the chunk tables counts itself
- * in (inflight) and refuses with ASCM_ERR_CLOSED while the gate is shut;
+ * in (inflight, by stripe of threads: stripes.h) and refuses with
+ * ASCM_ERR_CLOSED while the gate is shut;
  * reset and close shut it and wait for the count to drain before they free
  * anything, so no call ever runs on a freed pool.
  */
 #include "device_internal.h"
 
-#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -22,19 +22,8 @@
 enum { HUGE_FIRST = 0, HUGE_ONLY = 1, NORMAL_ONLY = 2, HUGE_FIRST_P2P = 3, HUGE_ONLY_P2P = 4,
        NORMAL_ONLY_P2P = 5, HUGE1G_ONLY = 6, HUGE1G_ONLY_P2P = 7 };
 
-/* The calling thread's counter: its id (stable while it runs, so a leave
- * finds the counter its enter raised) hashed to a stripe.  One counter for
- * every thread made each GIL-free call move that line between cores: two
- * threads on one Device with thread caches ran 0.92x one thread, 1.46x with
- * no count at all (BENCHMARKS.md, "Threads on one Device"). */
-static inline _Atomic uint64_t *gate_stripe(ascm_device *d) {
-    uint64_t id = (uint64_t)(uintptr_t)pthread_self();
-    return &d->inflight[(id * 0x9E3779B97F4A7C15ull) >> (64 - 4)].n;
-}
-_Static_assert(ASCM_GATE_STRIPES == 16, "gate_stripe takes 4 bits of the hash");
-
 static inline int gate_enter(ascm_device *d) {
-    _Atomic uint64_t *n = gate_stripe(d);
+    _Atomic uint64_t *n = ascm_stripe_of(d->inflight);
     atomic_fetch_add(n, 1); /* sequentially consistent with quiesce's shut */
     if (ASCM_LIKELY(!atomic_load(&d->shut))) return 1;
     atomic_fetch_sub_explicit(n, 1, memory_order_release);
@@ -42,13 +31,7 @@ static inline int gate_enter(ascm_device *d) {
 }
 
 static inline void gate_leave(ascm_device *d) {
-    atomic_fetch_sub_explicit(gate_stripe(d), 1, memory_order_release);
-}
-
-static int gate_empty(ascm_device *d) {
-    for (int i = 0; i < ASCM_GATE_STRIPES; i++)
-        if (atomic_load(&d->inflight[i].n)) return 0;
-    return 1;
+    atomic_fetch_sub_explicit(ascm_stripe_of(d->inflight), 1, memory_order_release);
 }
 
 int ascm_device_enter(ascm_device *d) { return gate_enter(d); }
@@ -56,7 +39,7 @@ void ascm_device_leave(ascm_device *d) { gate_leave(d); }
 
 void ascm_device_quiesce(ascm_device *d) {
     atomic_fetch_add(&d->shut, 1);
-    for (unsigned spins = 0; !gate_empty(d); spins++) {
+    for (unsigned spins = 0; !ascm_stripes_empty(d->inflight); spins++) {
         if (spins >= 64) {
             sched_yield();
             spins = 0;
@@ -81,7 +64,7 @@ int ascm_device_wait_open(ascm_device *d) {
 /* In a child of fork(): the parent's other threads are not here. */
 static void gate_in_child(ascm_fork_node *n) {
     ascm_device *d = (ascm_device *)((char *)n - offsetof(ascm_device, fork_chunks));
-    for (int i = 0; i < ASCM_GATE_STRIPES; i++) atomic_store(&d->inflight[i].n, 0);
+    ascm_stripes_clear(d->inflight);
     atomic_store(&d->shut, atomic_load(&d->closed) ? 1u : 0u);
 }
 
@@ -428,6 +411,16 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
     return st;
 }
 
+/* The caller passed the gate already (the pluggable and external-allocator
+ * slots enter it to hold the device they loaded): a second pass cost two
+ * more atomic operations a call. */
+int ascm_device_malloc_entered(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                               int *kind, int *events) {
+    int st = device_try(d, size, policy, mode, addr, kind, events);
+    if (ASCM_UNLIKELY(st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET)) ascm_device_count_failure(d, *kind);
+    return st;
+}
+
 /* The pool of kind k's chunk that holds addr, or NULL. */
 static inline ascm_pool *chunk_in(const ascm_device *d, int k, uint64_t addr) {
     const chunk_table *t = table_of(d, k);
@@ -516,19 +509,21 @@ static __attribute__((noinline)) int guarded(ascm_device *d, uint64_t addr) {
     return hit;
 }
 
+int ascm_device_free_entered(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
+    if (ASCM_UNLIKELY(atomic_load_explicit(&d->nguards, memory_order_acquire) != 0) &&
+        guarded(d, addr)) {
+        *kind = ascm_device_kind_of(d, addr);
+        return ASCM_ERR_BADFREE;
+    }
+    return device_free(d, addr, kind_mask, kind);
+}
+
 int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
     if (ASCM_UNLIKELY(!gate_enter(d))) {
         *kind = -1;
         return ASCM_ERR_CLOSED;
     }
-    int st;
-    if (ASCM_UNLIKELY(atomic_load_explicit(&d->nguards, memory_order_acquire) != 0) &&
-        guarded(d, addr)) {
-        *kind = ascm_device_kind_of(d, addr);
-        st = ASCM_ERR_BADFREE;
-    } else {
-        st = device_free(d, addr, kind_mask, kind);
-    }
+    int st = ascm_device_free_entered(d, addr, kind_mask, kind);
     gate_leave(d);
     return st;
 }

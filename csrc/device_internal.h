@@ -14,6 +14,7 @@
 #define ASCMEM_DEVICE_INTERNAL_H
 
 #include "internal.h"
+#include "stripes.h"
 
 struct ascm_device;
 
@@ -44,13 +45,6 @@ typedef struct kind_totals { /* what retired chunks of a kind had counted */
     uint64_t alloc_count, free_count, peak_used, peak_requested;
 } kind_totals;
 
-/* One counter of the gate per cache line: a thread counts itself in the
- * stripe its thread id hashes to (device.c, gate_stripe). */
-#define ASCM_GATE_STRIPES 16
-typedef struct ascm_gate_stripe {
-    _Alignas(64) _Atomic uint64_t n;
-} ascm_gate_stripe;
-
 struct ascm_device {
     _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
     _Atomic int closed; /* beside the tables: the held calls read it every time */
@@ -80,9 +74,9 @@ struct ascm_device {
     void *grow_ctx;
     ascm_release_fn release;
     void *release_ctx;
-    /* the gate (device.c, at the top): callers inside, counted on a line per
-     * stripe of threads so that two threads' calls do not share a counter */
-    ascm_gate_stripe inflight[ASCM_GATE_STRIPES];
+    /* the gate (device.c, at the top): callers inside, counted by stripe of
+     * threads (stripes.h) */
+    ascm_stripe inflight[ASCM_STRIPES];
     _Alignas(64) _Atomic uint32_t shut; /* quiesce() calls not yet reopened; closed devices stay shut */
     ascm_fork_node fork_chunks, fork_budget;
     /* the budget's lock, which the charged pools take as theirs: written on

@@ -22,6 +22,7 @@
  * needs C++ built against the user's torch_npu; it is not exported.
  */
 #include "ascmem.h" /* the public API only: the device is reached through its functions */
+#include "stripes.h"
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -38,13 +39,22 @@
  * slot's device and not finished with it: unregistering waits for them, so
  * Python may destroy the device once register() returns.  Each call also
  * passes the device's own gate, which refuses it while a reset or close is
- * under way. */
+ * under way.
+ *
+ * Layout: the device pointer, which every call reads, the users counts,
+ * which every call writes -- in the line of its thread's stripe
+ * (stripes.h), as the device's gate counts -- the requested bytes, which every
+ * call writes, and their peaks, which every allocation reads, each on lines
+ * of their own.  When all of them shared one line, two threads in these
+ * functions ran 0.3x the pairs per second of one (benchmarks/c threads,
+ * "pluggable"; BENCHMARKS.md, "Threads on one Device"). */
 typedef struct slot {
-    _Atomic(ascm_device *) device;
-    _Atomic uint64_t users;
+    _Alignas(64) _Atomic(ascm_device *) device;
+    ascm_stripe users[ASCM_STRIPES];
     /* bytes torch asked for (before the CANN rounding the pools see), all /
      * small (normal pages) / large: torch passes the size to free too */
-    _Atomic int64_t requested[3], requested_peak[3];
+    _Alignas(64) _Atomic int64_t requested[3];
+    _Alignas(64) _Atomic int64_t requested_peak[3];
 } slot;
 
 static slot slots[MAX_DEVICES];
@@ -52,7 +62,7 @@ static slot slots[MAX_DEVICES];
 int ascm_pluggable_register(int device, ascm_device *d) {
     if (device < 0 || device >= MAX_DEVICES) return ASCM_ERR_INVAL;
     atomic_store(&slots[device].device, d);
-    while (atomic_load(&slots[device].users)) sched_yield(); /* calls that may hold the old one */
+    while (!ascm_stripes_empty(slots[device].users)) sched_yield(); /* calls that may hold the old one */
     for (int t = 0; t < 3; t++) {
         atomic_store(&slots[device].requested[t], 0);
         atomic_store(&slots[device].requested_peak[t], 0);
@@ -77,16 +87,17 @@ static void count_requested(int device, int kind, int64_t delta) {
 static ascm_device *get(int device) {
     if (device < 0 || device >= MAX_DEVICES) return NULL;
     slot *s = &slots[device];
-    atomic_fetch_add(&s->users, 1);
+    _Atomic uint64_t *users = ascm_stripe_of(s->users);
+    atomic_fetch_add(users, 1); /* sequentially consistent with register's store and look */
     ascm_device *d = atomic_load(&s->device);
     if (d && ascm_device_enter(d)) return d;
-    atomic_fetch_sub(&s->users, 1);
+    atomic_fetch_sub(users, 1);
     return NULL;
 }
 
 static void put(int device, ascm_device *d) {
     ascm_device_leave(d);
-    atomic_fetch_sub(&slots[device].users, 1);
+    atomic_fetch_sub(ascm_stripe_of(slots[device].users), 1);
 }
 
 /* the index of the device a pointer belongs to, entered, for calls that pass
@@ -111,8 +122,8 @@ EXPORT void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream) {
     if (!d) return NULL;
     uint64_t addr;
     int kind, events;
-    int st = ascm_device_malloc(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC, &addr, &kind,
-                                &events);
+    int st = ascm_device_malloc_entered(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC, &addr,
+                                        &kind, &events);
     if (st == ASCM_OK) count_requested(device, kind, (int64_t)size);
     put(device, d);
     return st == ASCM_OK ? (void *)(uintptr_t)addr : NULL;
@@ -123,7 +134,7 @@ EXPORT void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *str
     ascm_device *d = ptr ? get(device) : NULL;
     int kind;
     if (!d) return;
-    if (ascm_device_free(d, (uint64_t)(uintptr_t)ptr, ascm_kind_mask(ASCM_FREE_DEVICE), &kind) ==
+    if (ascm_device_free_entered(d, (uint64_t)(uintptr_t)ptr, ascm_kind_mask(ASCM_FREE_DEVICE), &kind) ==
             ASCM_OK && size > 0)
         count_requested(device, kind, -(int64_t)size);
     put(device, d);
@@ -143,10 +154,11 @@ EXPORT void ascmem_pluggable_reset(bool check_error) {
         ascm_device_trim(d);
         put(i, d);
         /* outside the gate: the hook may call back into the device */
-        atomic_fetch_add(&slots[i].users, 1);
+        _Atomic uint64_t *users = ascm_stripe_of(slots[i].users);
+        atomic_fetch_add(users, 1);
         ascm_device *again = atomic_load(&slots[i].device);
         if (again) ascm_device_release_idle(again);
-        atomic_fetch_sub(&slots[i].users, 1);
+        atomic_fetch_sub(users, 1);
     }
 }
 

@@ -1,12 +1,15 @@
 /* The multi-thread workloads of threads.h against one shared ascm_pool (the
  * pool's own lock, freeing by address), the same with thread caches on
  * ("cached"), and against one shared Device (its chunks' pools and its
- * budget; "device cached": with thread caches).  make -C benchmarks/c threads */
+ * budget; "device cached": with thread caches), and through the pluggable-
+ * allocator functions on such a Device ("pluggable [cached]").
+ * make -C benchmarks/c threads */
 #define _GNU_SOURCE
 #include "ascmem.h"
 #include "threads.h"
 
 #include <string.h>
+#include <sys/types.h>
 
 static void *pool_make(void) {
     ascm_pool *p;
@@ -17,7 +20,10 @@ static void *pool_make(void) {
 static int pool_alloc(void *a, uint64_t size, uint64_t *h) {
     return ascm_pool_alloc((ascm_pool *)a, size, 64, h) != ASCM_OK;
 }
-static void pool_free(void *a, uint64_t h) { ascm_pool_free((ascm_pool *)a, h); }
+static void pool_free(void *a, uint64_t h, uint64_t size) {
+    (void)size;
+    ascm_pool_free((ascm_pool *)a, h);
+}
 static void pool_destroy(void *a) { ascm_pool_destroy((ascm_pool *)a); }
 
 static const backend pool_backend = {"ascmem pool", pool_make, pool_alloc, pool_free, pool_destroy};
@@ -50,7 +56,8 @@ static int device_alloc(void *a, uint64_t size, uint64_t *h) {
     return ascm_device_malloc((ascm_device *)a, size, 0, ASCM_SIZE_MALLOC, h, &kind, &events) !=
            ASCM_OK;
 }
-static void device_free(void *a, uint64_t h) {
+static void device_free(void *a, uint64_t h, uint64_t size) {
+    (void)size;
     int kind;
     ascm_device_free((ascm_device *)a, h, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
 }
@@ -67,14 +74,45 @@ static void *device_cached_make(void) {
 static const backend device_cached_backend = {"ascmem device, thread caches", device_cached_make,
                                               device_alloc, device_free, device_destroy};
 
+/* The pluggable-allocator functions (pluggable.c), which torch_npu calls, on
+ * the Device registered at index 0: its slot's bookkeeping (the requested
+ * bytes, by the size torch passes to free too) on top of the Device's calls. */
+void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream);
+void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *stream);
+static int plug_cached;
+static void *pluggable_make(void) {
+    ascm_device *d = plug_cached ? device_cached_make() : device_make();
+    if (ascm_pluggable_register(0, d) != ASCM_OK) exit(1);
+    return d;
+}
+static int pluggable_alloc(void *a, uint64_t size, uint64_t *h) {
+    (void)a;
+    void *p = ascmem_pluggable_alloc((ssize_t)size, 0, NULL);
+    *h = (uint64_t)(uintptr_t)p;
+    return p == NULL;
+}
+static void pluggable_free(void *a, uint64_t h, uint64_t size) {
+    (void)a;
+    ascmem_pluggable_free((void *)(uintptr_t)h, (ssize_t)size, 0, NULL);
+}
+static void pluggable_destroy(void *a) {
+    ascm_pluggable_register(0, NULL);
+    device_destroy(a);
+}
+static const backend pluggable_backend = {"ascmem pluggable", pluggable_make, pluggable_alloc,
+                                          pluggable_free, pluggable_destroy};
+
 int main(int argc, char **argv) {
     const backend *b = &pool_backend;
-    int device = 0, cached = 0;
+    int device = 0, cached = 0, pluggable = 0;
     for (int i = 2; i < argc; i++) {
         device |= !strcmp(argv[i], "device");
         cached |= !strcmp(argv[i], "cached");
+        pluggable |= !strcmp(argv[i], "pluggable");
     }
-    if (device) b = cached ? &device_cached_backend : &device_backend;
+    plug_cached = cached;
+    if (pluggable) b = &pluggable_backend;
+    else if (device) b = cached ? &device_cached_backend : &device_backend;
     else if (cached) b = &cached_backend;
     return run_threads(b, argc, argv);
 }

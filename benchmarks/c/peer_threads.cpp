@@ -23,7 +23,7 @@ static int alloc(void *p, uint64_t size, uint64_t *h) {
     *h = ((uint64_t)x.offset << 32) | x.metadata;  // the caller keeps the node: no lookup
     return 0;
 }
-static void release(void *p, uint64_t h) {
+static void release(void *p, uint64_t h, uint64_t) {
     Locked *l = static_cast<Locked *>(p);
     std::lock_guard<std::mutex> g(l->m);
     l->a.free(Allocation{(uint32)(h >> 32), (uint32)h});

@@ -29,7 +29,7 @@ typedef struct backend {
     const char *name;
     void *(*make)(void);
     int (*alloc)(void *a, uint64_t size, uint64_t *handle); /* 0: done */
-    void (*free)(void *a, uint64_t handle);
+    void (*free)(void *a, uint64_t handle, uint64_t size); /* size: as allocated */
     void (*destroy)(void *a);
 } backend;
 
@@ -59,22 +59,22 @@ static void *steady_worker(void *arg) {
     worker *w = (worker *)arg;
     uint64_t *sizes = (uint64_t *)malloc(T_STEPS * sizeof *sizes);
     uint32_t *victims = (uint32_t *)malloc(T_STEPS * sizeof *victims);
-    uint64_t live[T_LIVE];
+    uint64_t live[T_LIVE], live_size[T_LIVE];
     uint64_t s = w->seed;
     for (int i = 0; i < T_STEPS; i++) {
         sizes[i] = size_of(&s);
         victims[i] = (uint32_t)(rand_of(&s) % T_LIVE);
     }
     for (int i = 0; i < T_LIVE; i++)
-        if (w->b->alloc(w->a, size_of(&s), &live[i])) w->failed = 1;
+        if (w->b->alloc(w->a, live_size[i] = size_of(&s), &live[i])) w->failed = 1;
     pthread_barrier_wait(w->start);
     for (int i = 0; i < T_STEPS && !w->failed; i++) {
         uint32_t v = victims[i];
-        w->b->free(w->a, live[v]);
-        if (w->b->alloc(w->a, sizes[i], &live[v])) w->failed = 1;
+        w->b->free(w->a, live[v], live_size[v]);
+        if (w->b->alloc(w->a, live_size[v] = sizes[i], &live[v])) w->failed = 1;
     }
     pthread_barrier_wait(w->stop);
-    for (int i = 0; i < T_LIVE; i++) w->b->free(w->a, live[i]);
+    for (int i = 0; i < T_LIVE; i++) w->b->free(w->a, live[i], live_size[i]);
     free(sizes);
     free(victims);
     return NULL;
@@ -110,7 +110,7 @@ static double steady_threads(const backend *b, int n) {
 }
 
 typedef struct ring {
-    uint64_t slot[RING];
+    uint64_t slot[RING], size[RING];
     uint64_t head, tail; /* __atomic: head written by the producer, tail by the consumer */
     const backend *b;
     void *a;
@@ -122,7 +122,7 @@ static void *consumer(void *arg) {
     for (uint64_t done = 0; done < T_STEPS;) {
         uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
         while (r->tail < head) {
-            r->b->free(r->a, r->slot[r->tail % RING]);
+            r->b->free(r->a, r->slot[r->tail % RING], r->size[r->tail % RING]);
             __atomic_store_n(&r->tail, r->tail + 1, __ATOMIC_RELEASE);
             done++;
         }
@@ -146,6 +146,7 @@ static double producer_consumer(const backend *b) {
     for (uint64_t i = 0; i < T_STEPS; i++) {
         while (i - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= RING) {
         }
+        r->size[i % RING] = sizes[i];
         if (b->alloc(r->a, sizes[i], &r->slot[i % RING])) {
             fprintf(stderr, "%s: an allocation failed\n", b->name);
             exit(2);
