@@ -204,7 +204,8 @@ BESIDE_BATCHES = "single pairs beside batches"  # c_threads' entry from bench_ba
 
 def c_threads(runs):
     """Runs benchmarks/c's multi-thread workloads (threads.h: 1, 2 and as many
-    threads as the machine has on one pool, on one Device, and OffsetAllocator
+    threads as the machine has on one pool, on one Device (and through the
+    pluggable functions on one), and OffsetAllocator
     behind a mutex; steady state and producer-consumer), and a thread's single
     pairs beside another's batches (bench_batch_wait.c), when the source
     tree, make and compilers are here.  Returns {backend: {figure: value}}
@@ -219,7 +220,11 @@ def c_threads(runs):
                "ascmem pool, caches on": ["bench_threads", str(runs), "cached"],
                "ascmem pool, caches on, slab sizes": ["bench_threads", str(runs), "cached", "small"],
                "ascmem pool, slab sizes": ["bench_threads", str(runs), "small"],
-               "ascmem device": ["bench_threads", str(runs), "device"]}
+               "ascmem device": ["bench_threads", str(runs), "device"],
+               "ascmem device, caches on, slab sizes": ["bench_threads", str(runs), "device", "cached",
+                                                        "small"],
+               "pluggable functions, caches on, slab sizes": ["bench_threads", str(runs), "pluggable",
+                                                              "cached", "small"]}
     if _made(bench_dir, "peer_threads"):
         runs_of["OffsetAllocator + mutex"] = ["peer_threads", str(runs)]
     if _made(bench_dir, "bench_batch_wait"):
