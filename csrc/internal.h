@@ -107,6 +107,11 @@ typedef struct ascm_fork_node {
 } ascm_fork_node;
 
 /* Call with no core lock held (the registry's mutex is taken first). */
+/* A memory barrier on every thread of the process (barrier.c): init says
+ * whether the system has one (call it once); the barrier returns 0 if not. */
+int ascm_heavy_barrier_init(void);
+int ascm_heavy_barrier(void);
+
 void ascm_fork_register(ascm_fork_node *n, ascm_lock *lock, int rank,
                         void (*in_child)(ascm_fork_node *));
 void ascm_fork_unregister(ascm_fork_node *n); /* no-op if never registered */

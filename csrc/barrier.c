@@ -1,0 +1,66 @@
+/* A memory barrier on every thread of the process, paid by the caller alone:
+ * thread caches let their owner in by a flag instead of a lock (tcache.c,
+ * "The owner's way in"), and whoever needs the owners out -- statistics,
+ * check(), trims, resets -- raises each cache's stop flag and then calls
+ * this, after which every owner either sees the flag or has its busy flag
+ * visible.  That moves the fence of a Dekker pair from every allocation to
+ * the rare stop.
+ *
+ * Linux's membarrier(2) does it (MEMBARRIER_CMD_PRIVATE_EXPEDITED: an
+ * interrupt to each CPU running one of the process's threads, a few
+ * microseconds; the registration is inherited across fork).  If a call fails
+ * after registration succeeded, the global command, and last a change of a
+ * page's protection, which makes the kernel interrupt every CPU that may
+ * hold the process's mappings (the fallback .NET's runtime uses), still give
+ * the barrier.  Where none exists ascm_heavy_barrier_init says so, and the
+ * caches keep their locks.  Called once per process, before any cache
+ * exists (tcache.c); ASCMEM_TCACHE_LOCKED=1 in the environment keeps the
+ * locks (CI runs the thread-cache tests both ways). */
+#include "internal.h"
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#if defined(__linux__) && defined(__NR_membarrier)
+static long membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
+
+static ascm_lock page_lock; /* one protection change at a time */
+static volatile char *page; /* made at init, so that the last resort never allocates */
+
+int ascm_heavy_barrier_init(void) {
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 0;
+    page = m;
+    return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+           membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+}
+
+/* A protection change of a page present in this CPU's mappings: the kernel
+ * interrupts every CPU that may hold them (a TLB shootdown), a barrier there. */
+static int by_page_protection(void) {
+    ascm_lock_acquire(&page_lock);
+    int ok = mprotect((void *)page, 4096, PROT_READ | PROT_WRITE) == 0;
+    if (ok) {
+        page[0]++;
+        ok = mprotect((void *)page, 4096, PROT_NONE) == 0;
+    }
+    ascm_lock_release(&page_lock);
+    return ok;
+}
+
+int ascm_heavy_barrier(void) {
+    if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return 1;
+    if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+        return 1;
+    if (membarrier(1 /* MEMBARRIER_CMD_GLOBAL, once named _SHARED */) == 0) return 1;
+    return by_page_protection();
+}
+#else
+int ascm_heavy_barrier_init(void) { return 0; }
+int ascm_heavy_barrier(void) { return 0; }
+#endif
