@@ -368,9 +368,9 @@ void ascm_device_set_release(ascm_device *d, ascm_release_fn fn, void *ctx);
 uint64_t ascm_device_release_idle(ascm_device *d); /* calls the hook, if any */
 /* Gives every pool's spare slabs back (and their pages to the budget). */
 uint64_t ascm_device_trim(ascm_device *d);
-/* Thread caches (ascm_pool_set_thread_caches) for every pool of the device,
- * those of chunks added later included; ASCM_ERR_UNSUPPORTED on a paged
- * device, ASCM_ERR_INVAL for an unknown mode. */
+/* Thread caches (ascm_pool_set_thread_caches) for every pool of the device
+ * but the media (DVPP) window's, those of chunks added later included;
+ * ASCM_ERR_UNSUPPORTED on a paged device, ASCM_ERR_INVAL for an unknown mode. */
 int ascm_device_set_thread_caches(ascm_device *d, int mode);
 /* A new chunk [base, base + size) for the kind (ranges must not overlap). */
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);

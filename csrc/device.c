@@ -97,8 +97,8 @@ static int make_pools(ascm_device *d) {
         if (!d->size[k]) continue;
         int st = ascm_device_new_pool(d, k, d->base[k], d->size[k], &t->c[0].pool);
         if (st != ASCM_OK) return st;
-        if (d->caches_mode != ASCM_CACHES_OFF) /* a reset keeps the device's caches */
-            ascm_pool_set_thread_caches(t->c[0].pool, d->caches_mode);
+        if (caches_mode_for(d, k) != ASCM_CACHES_OFF) /* a reset keeps the device's caches */
+            ascm_pool_set_thread_caches(t->c[0].pool, caches_mode_for(d, k));
         t->c[0].base = d->base[k];
         t->c[0].size = d->size[k];
         t->n = 1;

@@ -54,7 +54,8 @@ uint64_t ascm_device_release_idle(ascm_device *d) {
     return fn ? fn(ctx) : 0;
 }
 
-/* Thread caches come to a device's pools as to any pool's (tcache.c): the
+/* Thread caches come to a device's pools as to any pool's (tcache.c), but
+ * the media window's (caches_mode_for): the
  * pools share the device's lock, which a cache takes only to refill or give
  * back, and slots come and go inside slabs whose pages are charged already,
  * so the budget never sees them.  Not on a paged device: there a cache's
@@ -70,7 +71,7 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode) {
     for (int k = 0; k < ASCM_KINDS; k++) {
         chunk_table *t = table_of(d, k);
         for (uint32_t i = 0; t && i < t->n; i++) {
-            int got = ascm_pool_set_thread_caches(t->c[i].pool, mode);
+            int got = ascm_pool_set_thread_caches(t->c[i].pool, caches_mode_for(d, k));
             if (got != ASCM_OK) st = got;
         }
     }
@@ -110,8 +111,8 @@ int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size
         st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
         for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
             if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
-        if (st == ASCM_OK && d->caches_mode != ASCM_CACHES_OFF)
-            st = ascm_pool_set_thread_caches(pool, d->caches_mode);
+        if (st == ASCM_OK && caches_mode_for(d, kind) != ASCM_CACHES_OFF)
+            st = ascm_pool_set_thread_caches(pool, caches_mode_for(d, kind));
         if (st == ASCM_OK) {
             *fresh = *t;
             bury(d, grave, t, NULL);

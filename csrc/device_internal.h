@@ -92,6 +92,14 @@ static inline uint64_t page_of(const ascm_device *d, int kind) {
     return page > d->min_block ? page : d->min_block;
 }
 
+/* The thread-cache mode a pool of kind k gets (ascm_device_set_thread_caches):
+ * the device's, but for the media window, whose allocations read the kind's
+ * bytes in use for the 90% event (device.c, media_over_90) -- a read that
+ * flushes every cache of the pool, on every allocation. */
+static inline int caches_mode_for(const ascm_device *d, int k) {
+    return k == ASCM_KIND_DVPP ? ASCM_CACHES_OFF : d->caches_mode;
+}
+
 static inline chunk_table *table_of(const ascm_device *d, int kind) {
     return atomic_load_explicit((_Atomic(chunk_table *) *)&d->table[kind], memory_order_acquire);
 }

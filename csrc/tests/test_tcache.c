@@ -600,6 +600,8 @@ static void test_device_thread_caches(void) {
     cfg.base[ASCM_KIND_NORMAL] = BASE; /* the owner table's range */
     cfg.size[ASCM_KIND_NORMAL] = SIZE / 2;
     cfg.growable[ASCM_KIND_NORMAL] = 1;
+    cfg.base[ASCM_KIND_DVPP] = 1ull << 42;
+    cfg.size[ASCM_KIND_DVPP] = 64ull << 20;
     cfg.budget.shared = 1ull << 30;
     ascm_device *d;
     CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
@@ -607,6 +609,8 @@ static void test_device_thread_caches(void) {
     CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_ON) == ASCM_OK);
     CHECK(ascm_device_pool(d, ASCM_KIND_HUGE)->caches_mode == ASCM_CACHES_ON);
     CHECK(ascm_device_pool(d, ASCM_KIND_NORMAL)->caches_mode == ASCM_CACHES_ON);
+    /* not the media window: its allocations read its bytes in use, which flushes */
+    CHECK(ascm_device_pool(d, ASCM_KIND_DVPP)->caches_mode == ASCM_CACHES_OFF);
     /* a chunk added afterwards takes the device's mode */
     CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, BASE + SIZE / 2, SIZE / 2) == ASCM_OK);
     CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 1, NULL, NULL)->caches_mode == ASCM_CACHES_ON);
@@ -659,8 +663,10 @@ static void test_device_thread_caches(void) {
     uint64_t bases[ASCM_KINDS] = {0};
     bases[ASCM_KIND_HUGE] = 1ull << 41;
     bases[ASCM_KIND_NORMAL] = BASE;
+    bases[ASCM_KIND_DVPP] = 1ull << 43;
     CHECK(ascm_device_reset(d, bases) == ASCM_OK); /* the new pools keep the device's caches */
     CHECK(ascm_device_pool(d, ASCM_KIND_HUGE)->caches_mode == ASCM_CACHES_ON);
+    CHECK(ascm_device_pool(d, ASCM_KIND_DVPP)->caches_mode == ASCM_CACHES_OFF);
     CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_OFF) == ASCM_OK);
     CHECK(ascm_device_pool(d, ASCM_KIND_NORMAL)->caches_mode == ASCM_CACHES_OFF);
     ascm_device_destroy(d);

@@ -49,7 +49,7 @@ cdef class Device(_DeviceReadout):
     mapped for reuse (trimmed by empty_cache()).
     ``thread_caches``: "off", "on" or "auto" (from the first time two threads
     meet at a pool's lock): a cache of small blocks per thread in front of
-    each kind's pools, as ``Pool(thread_caches=...)``, for callers that
+    each kind's pools but the media window's, as ``Pool(thread_caches=...)``, for callers that
     allocate without the GIL (the pluggable allocator, ``cimport``, the C
     API).  Statistics, ``check()`` and walks flush them first.  Not with
     ``paged``.
