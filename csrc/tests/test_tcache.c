@@ -479,14 +479,20 @@ static void *device_reuse_loop(void *arg) {
     return NULL;
 }
 
-static void test_device_kinds_share_the_budget_lock(void) {
+/* A device of 1 GiB of huge pages at 2^40 and normal pages at normal_base. */
+static ascm_device_config huge_and_normal(uint64_t normal_base, uint64_t normal_size) {
     ascm_device_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.min_block = 4096;
     cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
     cfg.size[ASCM_KIND_HUGE] = 1ull << 30;
-    cfg.base[ASCM_KIND_NORMAL] = 1ull << 41;
-    cfg.size[ASCM_KIND_NORMAL] = 1ull << 30;
+    cfg.base[ASCM_KIND_NORMAL] = normal_base;
+    cfg.size[ASCM_KIND_NORMAL] = normal_size;
+    return cfg;
+}
+
+static void test_device_kinds_share_the_budget_lock(void) {
+    ascm_device_config cfg = huge_and_normal(1ull << 41, 1ull << 30);
     cfg.budget.reserve = 16ull << 20; /* far under what two threads ask: refusals happen */
     cfg.budget.shared = 32ull << 20;
     ascm_device *d;
@@ -592,13 +598,7 @@ static void *hold_the_gate(void *arg) {
 }
 
 static void test_device_thread_caches(void) {
-    ascm_device_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.min_block = 4096;
-    cfg.base[ASCM_KIND_HUGE] = 1ull << 40;
-    cfg.size[ASCM_KIND_HUGE] = 1ull << 30;
-    cfg.base[ASCM_KIND_NORMAL] = BASE; /* the owner table's range */
-    cfg.size[ASCM_KIND_NORMAL] = SIZE / 2;
+    ascm_device_config cfg = huge_and_normal(BASE, SIZE / 2); /* normal pages: the owner table's range */
     cfg.growable[ASCM_KIND_NORMAL] = 1;
     cfg.base[ASCM_KIND_DVPP] = 1ull << 42;
     cfg.size[ASCM_KIND_DVPP] = 64ull << 20;
