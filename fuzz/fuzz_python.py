@@ -71,7 +71,8 @@ def odd_stream(fdp):
 def one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
     pool = ascmem.Pool(1 << 22, base=1 << 32)
-    dev = ascmem.Device("atlas-inference", memory=64 << 20)
+    dev = ascmem.Device("atlas-inference", memory=64 << 20,
+                        thread_caches=("off", "on", "auto")[fdp.ConsumeIntInRange(0, 2)])
     # real memory at times (host backend, guard bytes on half of those): the
     # frees then read and write it, and a paged pool unmaps what it frees
     backend = ("sim", "host", "host-debug", "acl")[fdp.ConsumeIntInRange(0, 3)]
