@@ -391,7 +391,8 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]);
  * no caller is inside; call it without holding anything a caller inside may
  * wait for (with Python: without the GIL).  reopen undoes one quiesce.
  * close shuts the gate for good: every later call gets ASCM_ERR_CLOSED, and
- * the device's memory stays valid until destroy. */
+ * the device's memory stays valid until destroy.  A leave must come from
+ * the thread that entered (the count is kept by stripe of threads). */
 int ascm_device_enter(ascm_device *d);
 void ascm_device_leave(ascm_device *d);
 /* ascm_device_malloc and ascm_device_free for a caller between its own
