@@ -20,6 +20,8 @@
 
 #if defined(__linux__)
 #include <linux/membarrier.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,11 +32,18 @@ static long membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
 
 static ascm_lock page_lock; /* one protection change at a time */
 static volatile char *page; /* made at init, so that the last resort never allocates */
+/* ASCMEM_BARRIER=global or =page: start at that fallback, for the tests of
+ * the fallbacks themselves (csrc/Makefile runs test_tcache with each) */
+static enum { EXPEDITED, GLOBAL, PAGE } first;
 
 int ascm_heavy_barrier_init(void) {
     void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return 0;
     page = m;
+    const char *env = getenv("ASCMEM_BARRIER");
+    first = env && !strcmp(env, "global") ? GLOBAL : env && !strcmp(env, "page") ? PAGE : EXPEDITED;
+    if (first == GLOBAL) return membarrier(1 /* MEMBARRIER_CMD_GLOBAL */) == 0;
+    if (first == PAGE) return 1;
     return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
 }
@@ -53,11 +62,13 @@ static int by_page_protection(void) {
 }
 
 int ascm_heavy_barrier(void) {
-    if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return 1;
-    if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
-        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
-        return 1;
-    if (membarrier(1 /* MEMBARRIER_CMD_GLOBAL, once named _SHARED */) == 0) return 1;
+    if (first == EXPEDITED) {
+        if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return 1;
+        if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+            return 1;
+    }
+    if (first != PAGE && membarrier(1 /* MEMBARRIER_CMD_GLOBAL, once named _SHARED */) == 0) return 1;
     return by_page_protection();
 }
 #else
