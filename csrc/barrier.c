@@ -15,11 +15,11 @@
  * the barrier.  Where none exists ascm_heavy_barrier_init says so, and the
  * caches keep their locks.  Called once per process, before any cache
  * exists (tcache.c); ASCMEM_TCACHE_LOCKED=1 in the environment keeps the
- * locks (CI runs the thread-cache tests both ways). */
+ * locks, and ASCMEM_BARRIER starts at a fallback (CI runs the thread-cache
+ * tests each way). */
 #include "internal.h"
 
 #if defined(__linux__)
-#include <linux/membarrier.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +28,10 @@
 #endif
 
 #if defined(__linux__) && defined(__NR_membarrier)
+/* The commands' numbers (the kernel's ABI, linux/membarrier.h), written out
+ * so that older kernel headers, which lack some of them, still build this. */
+enum { MB_GLOBAL = 1, MB_PRIVATE_EXPEDITED = 8, MB_REGISTER_PRIVATE_EXPEDITED = 16 };
+
 static long membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
 
 static ascm_lock page_lock; /* one protection change at a time */
@@ -42,10 +46,10 @@ int ascm_heavy_barrier_init(void) {
     page = m;
     const char *env = getenv("ASCMEM_BARRIER");
     first = env && !strcmp(env, "global") ? GLOBAL : env && !strcmp(env, "page") ? PAGE : EXPEDITED;
-    if (first == GLOBAL) return membarrier(1 /* MEMBARRIER_CMD_GLOBAL */) == 0;
+    if (first == GLOBAL) return membarrier(MB_GLOBAL) == 0;
     if (first == PAGE) return 1;
-    return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
-           membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+    return membarrier(MB_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+           membarrier(MB_PRIVATE_EXPEDITED) == 0;
 }
 
 /* A protection change of a page present in this CPU's mappings: the kernel
@@ -63,12 +67,12 @@ static int by_page_protection(void) {
 
 int ascm_heavy_barrier(void) {
     if (first == EXPEDITED) {
-        if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return 1;
-        if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
-            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+        if (membarrier(MB_PRIVATE_EXPEDITED) == 0) return 1;
+        if (membarrier(MB_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+            membarrier(MB_PRIVATE_EXPEDITED) == 0)
             return 1;
     }
-    if (first != PAGE && membarrier(1 /* MEMBARRIER_CMD_GLOBAL, once named _SHARED */) == 0) return 1;
+    if (first != PAGE && membarrier(MB_GLOBAL) == 0) return 1; /* the global command, once named _SHARED */
     return by_page_protection();
 }
 #else
