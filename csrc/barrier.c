@@ -13,15 +13,18 @@
  * page's protection, which makes the kernel interrupt every CPU that may
  * hold the process's mappings (the fallback .NET's runtime uses), still give
  * the barrier.  Where none exists ascm_heavy_barrier_init says so, and the
- * caches keep their locks.  Called once per process, before any cache
- * exists (tcache.c); ASCMEM_TCACHE_LOCKED=1 in the environment keeps the
- * locks, and ASCMEM_BARRIER starts at a fallback (CI runs the thread-cache
- * tests each way). */
+ * caches keep their locks.  Asked once per process (ascm_heavy_barrier_ready),
+ * before any cache or gate seat is used; ASCMEM_NO_BARRIER=1 in the
+ * environment says no, and ASCMEM_BARRIER starts at a fallback (CI runs the
+ * thread-cache tests each way).  The device's gate uses it too
+ * (device_gate.c). */
 #include "internal.h"
 
-#if defined(__linux__)
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__linux__)
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -79,3 +82,18 @@ int ascm_heavy_barrier(void) {
 int ascm_heavy_barrier_init(void) { return 0; }
 int ascm_heavy_barrier(void) { return 0; }
 #endif
+
+/* Once per process: ASCMEM_NO_BARRIER=1 says no, for the tests of the
+ * paths without it (thread caches' locks, the gate's stripes). */
+static pthread_once_t ready_once = PTHREAD_ONCE_INIT;
+static _Atomic int ready;
+
+static void probe(void) {
+    const char *no = getenv("ASCMEM_NO_BARRIER");
+    atomic_store_explicit(&ready, !(no && no[0] == '1') && ascm_heavy_barrier_init(), memory_order_relaxed);
+}
+
+int ascm_heavy_barrier_ready(void) {
+    pthread_once(&ready_once, probe);
+    return atomic_load_explicit(&ready, memory_order_relaxed);
+}

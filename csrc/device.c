@@ -1,18 +1,11 @@
 /* Device: routes a CANN-style request to the pool of the right memory kind
  * and charges every page against one physical budget.  This file: the
- * device's life (create, reset, close, the gate), routing and the free path;
- * device_chunks.c: the chunk tables of each kind; device_budget.c: the
- * budget.  device_internal.h: what they share.
- *
- * The gate: callers without the GIL (the capsule, cimport's raw methods, the
- * pluggable-allocator functions) may be inside the device while Python resets
- * or closes it.  Every entry point that reads the chunk tables counts itself
- * in (inflight, by stripe of threads: stripes.h) and refuses with
- * ASCM_ERR_CLOSED while the gate is shut;
- * reset and close shut it and wait for the count to drain before they free
- * anything, so no call ever runs on a freed pool.
+ * device's life (create, reset, close), routing and the free path;
+ * device_gate.c: the gate the GIL-free entry points pass, which reset and
+ * close wait on; device_chunks.c: the chunk tables of each kind;
+ * device_budget.c: the budget.  device_internal.h: what they share.
  */
-#include "device_internal.h"
+#include "device_gate.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -22,51 +15,8 @@
 enum { HUGE_FIRST = 0, HUGE_ONLY = 1, NORMAL_ONLY = 2, HUGE_FIRST_P2P = 3, HUGE_ONLY_P2P = 4,
        NORMAL_ONLY_P2P = 5, HUGE1G_ONLY = 6, HUGE1G_ONLY_P2P = 7 };
 
-static inline int gate_enter(ascm_device *d) {
-    _Atomic uint64_t *n = ascm_stripe_of(d->inflight);
-    atomic_fetch_add(n, 1); /* sequentially consistent with quiesce's shut */
-    if (ASCM_LIKELY(!atomic_load(&d->shut))) return 1;
-    atomic_fetch_sub_explicit(n, 1, memory_order_release);
-    return 0;
-}
-
-static inline void gate_leave(ascm_device *d) {
-    atomic_fetch_sub_explicit(ascm_stripe_of(d->inflight), 1, memory_order_release);
-}
-
 int ascm_device_enter(ascm_device *d) { return gate_enter(d); }
 void ascm_device_leave(ascm_device *d) { gate_leave(d); }
-
-void ascm_device_quiesce(ascm_device *d) {
-    atomic_fetch_add(&d->shut, 1);
-    for (unsigned spins = 0; !ascm_stripes_empty(d->inflight); spins++) {
-        if (spins >= 64) {
-            sched_yield();
-            spins = 0;
-        }
-    }
-}
-
-void ascm_device_reopen(ascm_device *d) {
-    if (!atomic_load(&d->closed)) atomic_fetch_sub(&d->shut, 1);
-}
-
-/* Waits, without spinning hard, until a reset in progress has reopened the
- * gate; returns ASCM_ERR_CLOSED if the device is closed for good. */
-int ascm_device_wait_open(ascm_device *d) {
-    while (atomic_load(&d->shut)) {
-        if (atomic_load(&d->closed)) return ASCM_ERR_CLOSED;
-        sched_yield();
-    }
-    return ASCM_OK;
-}
-
-/* In a child of fork(): the parent's other threads are not here. */
-static void gate_in_child(ascm_fork_node *n) {
-    ascm_device *d = (ascm_device *)((char *)n - offsetof(ascm_device, fork_chunks));
-    ascm_stripes_clear(d->inflight);
-    atomic_store(&d->shut, atomic_load(&d->closed) ? 1u : 0u);
-}
 
 int ascm_device_new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, ascm_pool **out) {
     ascm_pool_config pc = {.base = base, .size = size, .min_block = d->min_block,
@@ -137,6 +87,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     *out = NULL;
     ascm_device *d = ascm_zalloc_lines(sizeof *d);
     if (!d) return ASCM_ERR_HOSTMEM;
+    ascm_gate_init(d);
     d->b = cfg->budget;
     d->b.huge_used = d->b.normal_used = d->b.peak_huge = d->b.peak_normal = 0;
     d->min_block = cfg->min_block;
@@ -159,7 +110,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
         ascm_device_destroy(d);
         return st;
     }
-    ascm_fork_register(&d->fork_chunks, &d->chunks_lock, ASCM_FORK_CHUNKS, gate_in_child);
+    ascm_fork_register(&d->fork_chunks, &d->chunks_lock, ASCM_FORK_CHUNKS, ascm_gate_in_child);
     ascm_fork_register(&d->fork_budget, &d->lock, ASCM_FORK_BUDGET, NULL);
     *out = d;
     return ASCM_OK;

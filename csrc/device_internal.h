@@ -45,6 +45,14 @@ typedef struct kind_totals { /* what retired chunks of a kind had counted */
     uint64_t alloc_count, free_count, peak_used, peak_requested;
 } kind_totals;
 
+/* A thread's place in a device's gate (device_gate.c): its count of calls
+ * inside, written by that thread alone, on a line of its own. */
+#define ASCM_GATE_SEATS 64
+typedef struct ascm_gate_seat {
+    _Alignas(64) _Atomic uint64_t depth;
+    _Atomic int taken; /* claimed by a thread, for good */
+} ascm_gate_seat;
+
 struct ascm_device {
     _Atomic(chunk_table *) table[ASCM_KINDS]; /* NULL: the kind does not exist */
     _Atomic int closed; /* beside the tables: the held calls read it every time */
@@ -74,9 +82,11 @@ struct ascm_device {
     void *grow_ctx;
     ascm_release_fn release;
     void *release_ctx;
-    /* the gate (device.c, at the top): callers inside, counted by stripe of
-     * threads (stripes.h) */
+    /* the gate (device_gate.c): callers inside, counted in a seat per thread,
+     * or by stripe of threads (stripes.h) */
+    ascm_gate_seat seats[ASCM_GATE_SEATS];
     ascm_stripe inflight[ASCM_STRIPES];
+    uint64_t uid; /* never reused: tells a thread's seat at a freed device apart */
     _Alignas(64) _Atomic uint32_t shut; /* quiesce() calls not yet reopened; closed devices stay shut */
     ascm_fork_node fork_chunks, fork_budget;
     /* the budget's lock, which the charged pools take as theirs: written on
@@ -85,6 +95,12 @@ struct ascm_device {
     _Atomic int free_kind; /* where the last free found its block (device.c, device_free) */
     ascm_budget b;
 };
+
+/* The gate (device_gate.c; its way in and out, device_gate.h, in line in
+ * device.c). */
+void ascm_gate_init(ascm_device *d);
+void ascm_gate_in_child(ascm_fork_node *n);
+extern _Atomic int ascm_gate_by_seat; /* the barrier is there: threads count in seats */
 
 /* The pool's page: the kind's, or the unit when that is larger. */
 static inline uint64_t page_of(const ascm_device *d, int kind) {

@@ -111,6 +111,7 @@ typedef struct ascm_fork_node {
  * whether the system has one (call it once); the barrier returns 0 if not. */
 int ascm_heavy_barrier_init(void);
 int ascm_heavy_barrier(void);
+int ascm_heavy_barrier_ready(void); /* init once per process; 0 also with ASCMEM_NO_BARRIER=1 */
 
 void ascm_fork_register(ascm_fork_node *n, ascm_lock *lock, int rank,
                         void (*in_child)(ascm_fork_node *));

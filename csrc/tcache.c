@@ -152,9 +152,7 @@ static void thread_exits(void *arg) {
 static void make_key(void) { pthread_key_create(&exit_key, thread_exits); }
 
 static void choose_entry(void) {
-    const char *locked = getenv("ASCMEM_TCACHE_LOCKED");
-    int flag = !(locked && locked[0] == '1') && ascm_heavy_barrier_init();
-    atomic_store_explicit(&by_flag, flag, memory_order_relaxed);
+    atomic_store_explicit(&by_flag, ascm_heavy_barrier_ready(), memory_order_relaxed);
 }
 
 static ascm_tcache *new_cache(ascm_pool *p) {
@@ -260,7 +258,7 @@ static inline ascm_tcache *cache_of(ascm_pool *p) {
  * and waits.  `make -C benchmarks/c threads`: one thread on slab sizes with
  * caches 30.4 -> 40 M pairs/s, faster than the pool without caches (34);
  * BENCHMARKS.md, "The owner's way in".  Without a barrier (not Linux, or
- * ASCMEM_TCACHE_LOCKED=1), owners take the lock. */
+ * ASCMEM_NO_BARRIER=1), owners take the lock. */
 static inline int owner_enter(ascm_tcache *c) { /* 1: by the flag; 0: holding the lock */
     if (ASCM_LIKELY(atomic_load_explicit(&by_flag, memory_order_relaxed))) {
         atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
