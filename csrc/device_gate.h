@@ -16,7 +16,10 @@ typedef struct gate_entry {
     ascm_gate_seat *seat;
     uint64_t depth; /* the seat's count, kept here too: an entry's device may be gone */
 } gate_entry;
-#define GATE_ENTRIES 8
+/* Room for a thread that serves many devices to keep a seat in each: a
+ * missing entry claims a new seat, and a device's 64 would run out.  Only
+ * the first entry is on the fast path, so more cost nothing there. */
+#define GATE_ENTRIES 16
 
 static __thread gate_entry entries[GATE_ENTRIES];
 
