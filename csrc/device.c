@@ -47,8 +47,7 @@ static int make_pools(ascm_device *d) {
         if (!d->size[k]) continue;
         int st = ascm_device_new_pool(d, k, d->base[k], d->size[k], &t->c[0].pool);
         if (st != ASCM_OK) return st;
-        if (caches_mode_for(d, k) != ASCM_CACHES_OFF) /* a reset keeps the device's caches */
-            ascm_pool_set_thread_caches(t->c[0].pool, caches_mode_for(d, k));
+        give_caches_mode(d, k, t->c[0].pool); /* a reset keeps the device's caches */
         t->c[0].base = d->base[k];
         t->c[0].size = d->size[k];
         t->n = 1;
@@ -355,20 +354,25 @@ void ascm_device_count_failure(ascm_device *d, int kind) {
     if (kind >= 0 && kind < ASCM_KINDS) atomic_fetch_add_explicit(&d->failed[kind], 1, memory_order_relaxed);
 }
 
-int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
-                       int *kind, int *events) {
-    int st = ascm_device_try_malloc(d, size, policy, mode, addr, kind, events);
-    if (ASCM_UNLIKELY(st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET)) ascm_device_count_failure(d, *kind);
-    return st;
-}
-
-/* The caller passed the gate already (the pluggable and external-allocator
- * slots enter it to hold the device they loaded): a second pass cost two
- * more atomic operations a call. */
+/* Also for a caller that passed the gate already (the pluggable and
+ * external-allocator slots enter it to hold the device they loaded): a
+ * second pass cost two more atomic operations a call. */
 int ascm_device_malloc_entered(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                                int *kind, int *events) {
     int st = device_try(d, size, policy, mode, addr, kind, events);
     if (ASCM_UNLIKELY(st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET)) ascm_device_count_failure(d, *kind);
+    return st;
+}
+
+int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
+                       int *kind, int *events) {
+    if (ASCM_UNLIKELY(!gate_enter(d))) {
+        *events = 0;
+        *kind = -1;
+        return ASCM_ERR_CLOSED;
+    }
+    int st = ascm_device_malloc_entered(d, size, policy, mode, addr, kind, events);
+    gate_leave(d);
     return st;
 }
 

@@ -111,8 +111,7 @@ int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size
         st = !t ? ASCM_ERR_UNSUPPORTED : t->n == ASCM_MAX_CHUNKS ? ASCM_ERR_NOMEM : ASCM_OK;
         for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
             if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
-        if (st == ASCM_OK && caches_mode_for(d, kind) != ASCM_CACHES_OFF)
-            st = ascm_pool_set_thread_caches(pool, caches_mode_for(d, kind));
+        if (st == ASCM_OK) st = give_caches_mode(d, kind, pool); /* under the lock: the mode now */
         if (st == ASCM_OK) {
             *fresh = *t;
             bury(d, grave, t, NULL);

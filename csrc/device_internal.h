@@ -116,6 +116,12 @@ static inline int caches_mode_for(const ascm_device *d, int k) {
     return k == ASCM_KIND_DVPP ? ASCM_CACHES_OFF : d->caches_mode;
 }
 
+/* A new pool of kind k takes the device's thread-cache mode. */
+static inline int give_caches_mode(const ascm_device *d, int k, ascm_pool *p) {
+    int mode = caches_mode_for(d, k);
+    return mode == ASCM_CACHES_OFF ? ASCM_OK : ascm_pool_set_thread_caches(p, mode);
+}
+
 static inline chunk_table *table_of(const ascm_device *d, int kind) {
     return atomic_load_explicit((_Atomic(chunk_table *) *)&d->table[kind], memory_order_acquire);
 }

@@ -22,14 +22,13 @@ cdef str _pool_config_problem(ascm_pool_config *c):
     return "the configuration was refused"
 
 
+cdef dict _CACHES_MODES = {"off": ASCM_CACHES_OFF, "on": ASCM_CACHES_ON, "auto": ASCM_CACHES_AUTO}
+
+
 cdef int _caches_mode(object name) except -1:
     """ASCM_CACHES_* of a thread_caches argument (Pool, Device)."""
-    if name == "off" and type(name) is str:
-        return ASCM_CACHES_OFF
-    if name == "on" and type(name) is str:
-        return ASCM_CACHES_ON
-    if name == "auto" and type(name) is str:
-        return ASCM_CACHES_AUTO
+    if type(name) is str and name in _CACHES_MODES:
+        return _CACHES_MODES[name]
     raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {name!r}")
 
 
