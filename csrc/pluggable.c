@@ -22,6 +22,7 @@
  * needs C++ built against the user's torch_npu; it is not exported.
  */
 #include "ascmem.h" /* the public API only: the device is reached through its functions */
+#include "requested.h"
 #include "stripes.h"
 
 #include <sched.h>
@@ -33,7 +34,7 @@
 #include <sys/types.h>
 
 #define EXPORT __attribute__((visibility("default")))
-#define MAX_DEVICES 64
+#define MAX_DEVICES ASCM_REQ_DEVICES
 
 /* A slot per device index.  users counts the calls that have loaded the
  * slot's device and not finished with it: unregistering waits for them, so
@@ -41,20 +42,16 @@
  * passes the device's own gate, which refuses it while a reset or close is
  * under way.
  *
- * Layout: the device pointer, which every call reads, the users counts,
+ * Layout: the device pointer, which every call reads, and the users counts,
  * which every call writes -- in the line of its thread's stripe
- * (stripes.h), as the device's gate counts -- the requested bytes, which every
- * call writes, and their peaks, which every allocation reads, each on lines
- * of their own.  When all of them shared one line, two threads in these
- * functions ran 0.3x the pairs per second of one (benchmarks/c threads,
- * "pluggable"; BENCHMARKS.md, "Threads on one Device"). */
+ * (stripes.h), as the device's gate counts -- on lines of their own.  When
+ * they shared one line, two threads in these functions ran 0.3x the pairs
+ * per second of one (benchmarks/c threads, "pluggable"; BENCHMARKS.md,
+ * "Threads on one Device").  The requested bytes are counted per thread
+ * (requested.c). */
 typedef struct slot {
     _Alignas(64) _Atomic(ascm_device *) device;
     ascm_stripe users[ASCM_STRIPES];
-    /* bytes torch asked for (before the CANN rounding the pools see), all /
-     * small (normal pages) / large: torch passes the size to free too */
-    _Alignas(64) _Atomic int64_t requested[3];
-    _Alignas(64) _Atomic int64_t requested_peak[3];
 } slot;
 
 static slot slots[MAX_DEVICES];
@@ -63,24 +60,14 @@ int ascm_pluggable_register(int device, ascm_device *d) {
     if (device < 0 || device >= MAX_DEVICES) return ASCM_ERR_INVAL;
     atomic_store(&slots[device].device, d);
     while (!ascm_stripes_empty(slots[device].users)) sched_yield(); /* calls that may hold the old one */
-    for (int t = 0; t < 3; t++) {
-        atomic_store(&slots[device].requested[t], 0);
-        atomic_store(&slots[device].requested_peak[t], 0);
-    }
+    ascm_requested_clear(device);
     return ASCM_OK;
 }
 
-/* Adds delta to the requested bytes of stat type t (and all), keeping peaks. */
+/* Bytes torch asked for, by stat type: small (normal pages) or large; torch
+ * passes the size to free too. */
 static void count_requested(int device, int kind, int64_t delta) {
-    slot *s = &slots[device];
-    int types[2] = {0, kind == ASCM_KIND_NORMAL ? 1 : 2};
-    for (int i = 0; i < 2; i++) {
-        int t = types[i];
-        int64_t now = atomic_fetch_add(&s->requested[t], delta) + delta;
-        int64_t peak = atomic_load(&s->requested_peak[t]);
-        while (now > peak && !atomic_compare_exchange_weak(&s->requested_peak[t], &peak, now)) {
-        }
-    }
+    ascm_requested_add(device, kind == ASCM_KIND_NORMAL ? 1 : 2, delta);
 }
 
 /* The device registered at index, entered (release with put()), or NULL. */
@@ -200,7 +187,7 @@ EXPORT void ascmem_pluggable_erase_stream(void *ptr, void *stream) {
 /* ---- get_device_stats ---------------------------------------------------- */
 
 typedef struct npu_stat { int64_t current, peak, allocated, freed; } npu_stat;
-enum { STAT_ALL = 0, STAT_SMALL = 1, STAT_LARGE = 2, STAT_TYPES = 3 };
+enum { STAT_ALL = 0, STAT_SMALL = 1, STAT_LARGE = 2, STAT_TYPES = ASCM_REQ_TYPES };
 typedef npu_stat npu_stat_array[STAT_TYPES];
 
 /* The members every layout starts with, in order. */
@@ -263,9 +250,11 @@ static void fill_common(npu_device_stats *out, int device) {
         }
         out->num_ooms += (int64_t)s.failed_count;
     }
-    for (int t = 0; t < STAT_TYPES; t++) { /* what torch asked for, not the rounded sizes */
-        out->requested_bytes[t].current = atomic_load(&slots[device].requested[t]);
-        out->requested_bytes[t].peak = atomic_load(&slots[device].requested_peak[t]);
+    int64_t now[ASCM_REQ_TYPES], peak[ASCM_REQ_TYPES]; /* what torch asked for, not the rounded sizes */
+    ascm_requested_read(device, now, peak);
+    for (int t = 0; t < STAT_TYPES; t++) {
+        out->requested_bytes[t].current = now[t];
+        out->requested_bytes[t].peak = peak[t];
     }
     put(device, d);
 }
@@ -331,7 +320,6 @@ EXPORT void ascmem_pluggable_reset_peak_status(int device) {
     ascm_device *d = get(device);
     if (!d) return;
     ascm_device_reset_peaks(d);
-    for (int t = 0; t < STAT_TYPES; t++)
-        atomic_store(&slots[device].requested_peak[t], atomic_load(&slots[device].requested[t]));
+    ascm_requested_reset_peaks(device);
     put(device, d);
 }

@@ -4,7 +4,8 @@
  * frees, thread exit, pool destruction before a thread's exit, fork, an
  * allocation that only fits once the caches are flushed, and a Device's
  * kinds under threads, whose pools share the budget's lock, with and
- * without the device's thread caches. */
+ * without the device's thread caches; torch's requested bytes counted per
+ * thread by the pluggable functions. */
 #include "../ascmem.h"
 #include "../internal.h"
 
@@ -678,6 +679,116 @@ static void test_device_thread_caches(void) {
     ascm_device_destroy(d);
 }
 
+/* ---- torch's requested bytes through the pluggable functions (requested.c) ----
+ * The functions are this library's exports; declared here as torch_npu sees
+ * them, DeviceStats as 119 int64 counters (requested_bytes: all, small and
+ * large at 96, 100 and 104, each current, peak, allocated, freed). */
+void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream);
+void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *stream);
+void ascmem_pluggable_reset_peak_status(int device);
+typedef struct { int64_t v[119]; } npu_stats;
+npu_stats ascmem_pluggable_get_device_stats(int device);
+#define REQ_INDEX 9
+enum { REQ_ALL = 96, REQ_SMALL = 100, REQ_LARGE = 104 };
+
+typedef struct requester {
+    uint64_t seed;
+    void *left[64];         /* blocks the thread leaves live for the main thread to free */
+    int64_t left_size[64];
+    int64_t left_small, left_large;
+} requester;
+
+static void *request_churn(void *arg) {
+    requester *r = arg;
+    void *live[32];
+    int64_t size[32];
+    int n = 0;
+    for (int i = 0; i < 4000; i++) {
+        if (n == 32 || (n && rand_of(&r->seed) % 2)) { /* free one, with the size torch passes */
+            int k = (int)(rand_of(&r->seed) % (uint64_t)n);
+            ascmem_pluggable_free(live[k], size[k], REQ_INDEX, NULL);
+            live[k] = live[--n];
+            size[k] = size[n];
+        } else { /* small ones, and now and then one of 1.5 MiB (huge pages: the large pool) */
+            int64_t s = rand_of(&r->seed) % 8 ? (int64_t)(1 + rand_of(&r->seed) % 20000) : 3 << 19;
+            void *p = ascmem_pluggable_alloc(s, REQ_INDEX, NULL);
+            CHECK(p != NULL);
+            if (!p) break;
+            live[n] = p;
+            size[n++] = s;
+        }
+    }
+    for (int k = 0; k < n; k++) { /* left live: counted in this thread's record, merged at its exit */
+        r->left[k] = live[k];
+        r->left_size[k] = size[k];
+        *(size[k] > (1 << 20) ? &r->left_large : &r->left_small) += size[k];
+    }
+    for (int k = n; k < 64; k++) r->left[k] = NULL;
+    return NULL;
+}
+
+static void test_pluggable_requested_bytes(void) {
+    ascm_device_config cfg = huge_and_normal(BASE, SIZE);
+    cfg.budget.shared = 1ull << 30;
+    cfg.budget.huge_grows = 1; /* huge pages out of shared: requests over 1 MiB land there */
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    CHECK(ascm_device_set_thread_caches(d, ASCM_CACHES_ON) == ASCM_OK);
+    CHECK(ascm_pluggable_register(REQ_INDEX, d) == ASCM_OK);
+
+    /* one thread: current and peak exact */
+    void *a = ascmem_pluggable_alloc(1000, REQ_INDEX, NULL), *b = ascmem_pluggable_alloc(3 << 20, REQ_INDEX, NULL);
+    npu_stats st = ascmem_pluggable_get_device_stats(REQ_INDEX);
+    CHECK(st.v[REQ_ALL] == 1000 + (3 << 20) && st.v[REQ_SMALL] == 1000 && st.v[REQ_LARGE] == 3 << 20);
+    ascmem_pluggable_free(b, 3 << 20, REQ_INDEX, NULL);
+    ascmem_pluggable_free(a, 1000, REQ_INDEX, NULL);
+    st = ascmem_pluggable_get_device_stats(REQ_INDEX);
+    CHECK(st.v[REQ_ALL] == 0 && st.v[REQ_ALL + 1] == 1000 + (3 << 20) && st.v[REQ_LARGE + 1] == 3 << 20);
+    ascmem_pluggable_reset_peak_status(REQ_INDEX);
+    CHECK(ascmem_pluggable_get_device_stats(REQ_INDEX).v[REQ_ALL + 1] == 0);
+
+    /* four threads, statistics read meanwhile; rounds of new threads reuse
+     * the records the last ones left */
+    for (int round = 0; round < 3; round++) {
+        pthread_t t[4];
+        requester r[4];
+        for (int i = 0; i < 4; i++) {
+            memset(&r[i], 0, sizeof r[i]);
+            r[i].seed = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1 + 4 * round);
+            CHECK(pthread_create(&t[i], NULL, request_churn, &r[i]) == 0);
+        }
+        for (int i = 0; i < 200; i++) {
+            st = ascmem_pluggable_get_device_stats(REQ_INDEX);
+            CHECK(st.v[REQ_ALL + 1] >= st.v[REQ_ALL]); /* a peak is never below the current */
+        }
+        int64_t small = 0, large = 0;
+        for (int i = 0; i < 4; i++) {
+            CHECK(pthread_join(t[i], NULL) == 0);
+            small += r[i].left_small;
+            large += r[i].left_large;
+        }
+        st = ascmem_pluggable_get_device_stats(REQ_INDEX);
+        CHECK(st.v[REQ_SMALL] == small && st.v[REQ_LARGE] == large && st.v[REQ_ALL] == small + large);
+        CHECK(st.v[REQ_ALL + 1] >= small + large);
+        for (int i = 0; i < 4; i++) /* freed by another thread than the one that counted them */
+            for (int k = 0; k < 64 && r[i].left[k]; k++)
+                ascmem_pluggable_free(r[i].left[k], r[i].left_size[k], REQ_INDEX, NULL);
+        st = ascmem_pluggable_get_device_stats(REQ_INDEX);
+        CHECK(st.v[REQ_ALL] == 0 && st.v[REQ_SMALL] == 0 && st.v[REQ_LARGE] == 0);
+    }
+    /* a device registered anew starts from zero */
+    void *c = ascmem_pluggable_alloc(500, REQ_INDEX, NULL);
+    CHECK(ascm_pluggable_register(REQ_INDEX, d) == ASCM_OK);
+    st = ascmem_pluggable_get_device_stats(REQ_INDEX);
+    CHECK(st.v[REQ_ALL] == 0 && st.v[REQ_ALL + 1] == 0);
+    ascmem_pluggable_free(c, 0, REQ_INDEX, NULL); /* size 0: not counted, as torch's unknown size */
+    CHECK(ascm_pluggable_register(REQ_INDEX, NULL) == ASCM_OK);
+    char msg[256];
+    CHECK(ascm_pool_check(ascm_device_pool(d, ASCM_KIND_NORMAL), msg, sizeof msg) == ASCM_OK);
+    CHECK(ascm_pool_check(ascm_device_pool(d, ASCM_KIND_HUGE), msg, sizeof msg) == ASCM_OK);
+    ascm_device_destroy(d);
+}
+
 int main(void) {
     static const test_case tests[] = {
         {"threads_share_a_pool", test_threads_share_a_pool},
@@ -691,6 +802,7 @@ int main(void) {
         {"modes_and_resets_race_the_caches", test_modes_and_resets_race_the_caches},
         {"device_kinds_share_the_budget_lock", test_device_kinds_share_the_budget_lock},
         {"device_thread_caches", test_device_thread_caches},
+        {"pluggable_requested_bytes", test_pluggable_requested_bytes},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }
