@@ -1,4 +1,4 @@
-"""Records real allocation traces of fifteen model families with PyTorch's
+"""Records real allocation traces of seventeen model families with PyTorch's
 profiler on the CPU, as ../shared/traces/README.md describes for
 pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
 
@@ -40,6 +40,10 @@ pipeline.csv.gz, into src/ascmem/examples/ (ascmem's CSV, gzip):
                      channels-last layer norm and MLP), batch 1-8, 160-288 px
   lstm_tagger_train  training steps (Adam) of a 2-layer bidirectional LSTM
                      tagger, batches of 8-64 sequences of 16-128 tokens
+  moe_train          training steps (AdamW) of a mixture-of-experts
+                     transformer (4 layers, 8 experts, top-2 routing)
+  llm_serving        continuous batching on a 6-layer decoder: 5 slots, 10
+                     requests, a KV cache per request grown by torch.cat
 
 Weights are made before recording, so the traces hold the activations,
 workspaces and caches of inference, as the pipeline trace does (and, for
@@ -50,8 +54,9 @@ were chosen (sixth session), to judge them on models they were not tuned
 on; so were decoder_static_cache, bert_train and mobilenet_multires (eighth
 session), after the reach of the granule position rule was chosen, and the
 two after them (fifteenth session), after the paged pools' "mapped
-granules first" rule was; the last two (sixteenth session) after every rule
-in the code.  Needs torch (2.13.0 CPU was used):
+granules first" rule was; the two after them (sixteenth session), and
+the last two (eighteenth session), after every rule in the code.  Needs
+torch (2.13.0 CPU was used):
 python scripts/record_traces.py [NAME ...]
 With ASCMEM_TRACE_DIR set the traces go there instead (to hold new ones out
 of the repository while a placement change is judged on them).
@@ -589,6 +594,93 @@ def lstm_tagger_train():
     return run
 
 
+class MoELayer(nn.Module):
+    """A transformer layer whose MLP is a mixture of experts: each token goes
+    to its router's top two of n experts, so each expert's batch (and every
+    buffer gathered for it) has a size the data decides."""
+    def __init__(self, d, heads, experts):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+                                     for _ in range(experts))
+
+    def forward(self, x):
+        h = self.n1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        b, t, d = x.shape
+        flat = self.n2(x).reshape(-1, d)
+        weight, chosen = self.router(flat).softmax(-1).topk(2, -1)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            if rows.numel():
+                out.index_add_(0, rows, expert(flat[rows]) * weight[rows, slot].unsqueeze(-1))
+        return x + out.reshape(b, t, d)
+
+
+def moe_train():
+    """Training steps (AdamW) of a small mixture-of-experts transformer (4
+    layers of d_model 256, 8 experts, top-2 routing) on a next-token loss
+    over a vocabulary of 8,000, batch 4-16, 32-160 tokens drawn at random:
+    per-expert batches of data-dependent size."""
+    vocab, d = 8000, 256
+    emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+    layers = nn.ModuleList(MoELayer(d, 4, 8) for _ in range(4))
+    params = [*emb.parameters(), *layers.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    rng = random.Random(67)
+    shapes = [(rng.choice((4, 8, 16)), rng.choice((32, 64, 96, 160))) for _ in range(10)]
+
+    def run():
+        for batch, seq in shapes:
+            tokens = torch.randint(0, vocab, (batch, seq + 1))
+            x = emb(tokens[:, :-1])
+            for layer in layers:
+                x = layer(x)
+            loss = nn.functional.cross_entropy(head(x).reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+def llm_serving():
+    """A decoder (6 layers, d_model 512, the DecoderLayer of decoder_kvcache)
+    serving requests one at a time per slot with continuous batching: each
+    step decodes one token for every active request, each request keeps its
+    own KV cache grown by torch.cat, a request arrives with a prompt of
+    16-256 tokens (prefilled alone) when a slot frees, and leaves after
+    8-96 new tokens: caches of many lengths live and die interleaved, as in
+    an inference server without paged KV caches."""
+    d, vocab, slots, total = 512, 32000, 5, 10
+    emb, head = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+    layers = [DecoderLayer(d, 8).eval() for _ in range(6)]
+    rng = random.Random(71)
+    plan = [(rng.randint(16, 256), rng.randint(8, 96)) for _ in range(total)]
+
+    def step(x, caches):
+        for i, layer in enumerate(layers):
+            x, caches[i] = layer(x, caches[i])
+        return head(x[:, -1]).argmax(-1, keepdim=True)
+
+    def run():
+        with torch.no_grad():
+            waiting, active = list(plan), []  # active: [caches, next token, tokens left]
+            while waiting or active:
+                while waiting and len(active) < slots:
+                    prompt, new = waiting.pop(0)
+                    caches = [None] * len(layers)
+                    nxt = step(emb(torch.randint(0, vocab, (1, prompt))), caches)
+                    active.append([caches, nxt, new])
+                for r in active:
+                    r[1] = step(emb(r[1]), r[0])
+                    r[2] -= 1
+                active = [r for r in active if r[2] > 0]
+    return run
+
+
 RECORDERS = (("resnet50_multires", resnet50_multires), ("encoder_varlen", encoder_varlen),
              ("decoder_kvcache", decoder_kvcache), ("unet_multires", unet_multires),
              ("vit_train", vit_train), ("resnet18_train", resnet18_train),
@@ -596,7 +688,8 @@ RECORDERS = (("resnet50_multires", resnet50_multires), ("encoder_varlen", encode
              ("mobilenet_multires", mobilenet_multires), ("bert_train", bert_train),
              ("decoder_static_cache", decoder_static_cache),
              ("diffusion_denoise", diffusion_denoise), ("speech_to_text", speech_to_text),
-             ("convnext_multires", convnext_multires), ("lstm_tagger_train", lstm_tagger_train))
+             ("convnext_multires", convnext_multires), ("lstm_tagger_train", lstm_tagger_train),
+             ("moe_train", moe_train), ("llm_serving", llm_serving))
 
 
 def main():

@@ -201,7 +201,7 @@ def test_real_traces_ship_as_examples():
     from ascmem.cli import EXAMPLE_MODELS
     assert set(EXAMPLE_MODELS) == set(trace.example_names())  # each has a default product
     real = sorted(set(trace.example_names()) - {"video_pipeline", "batch_inference", "many_small"})
-    assert len(real) == 15  # the built examples aside, each is a recording (record_traces.py)
+    assert len(real) == 17  # the built examples aside, each is a recording (record_traces.py)
     for name in real:
         t = trace.example(name)
         allocs = sum(e.op == "a" for e in t.events)

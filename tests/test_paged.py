@@ -146,7 +146,11 @@ def test_physical_efficiency_of_the_real_traces():
              # model is below 0.95 at 2 MiB (bound 0.977), nothing tuned on it
              "diffusion_denoise": (0.96, 0.995), "speech_to_text": (0.905, 0.995),
              # recorded in the sixteenth session, after every rule in the code
-             "convnext_multires": (0.98, 0.995), "lstm_tagger_train": (0.99, 0.995)}
+             "convnext_multires": (0.98, 0.995), "lstm_tagger_train": (0.99, 0.995),
+             # recorded in the eighteenth session, after every rule in the code:
+             # both below 0.95 at 2 MiB (bounds 0.9995 and 0.989), and the serving
+             # trace's KV caches grown by torch.cat below 0.99 at 64 KiB (0.989)
+             "moe_train": (0.925, 0.995), "llm_serving": (0.915, 0.985)}
     pipeline = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",
                             "pipeline.csv.gz")
     for name, (at_2m, at_64k) in floor.items():

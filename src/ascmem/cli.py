@@ -22,7 +22,8 @@ EXAMPLE_MODELS = {"video_pipeline": "atlas-inference", "batch_inference": "atlas
                   "gru_lm": "atlas-a2-inference", "mobilenet_multires": "atlas-inference-series",
                   "bert_train": "atlas-a2-training", "decoder_static_cache": "atlas-a2-inference",
                   "diffusion_denoise": "atlas-a2-inference", "speech_to_text": "atlas-a2-inference",
-                  "convnext_multires": "atlas-inference-series", "lstm_tagger_train": "atlas-a2-training"}
+                  "convnext_multires": "atlas-inference-series", "lstm_tagger_train": "atlas-a2-training",
+                  "moe_train": "atlas-a2-training", "llm_serving": "atlas-a2-inference"}
 
 
 def _mib(n):
