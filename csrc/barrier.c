@@ -86,14 +86,15 @@ int ascm_heavy_barrier(void) { return 0; }
 /* Once per process: ASCMEM_NO_BARRIER=1 says no, for the tests of the
  * paths without it (thread caches' locks, the gate's stripes). */
 static pthread_once_t ready_once = PTHREAD_ONCE_INIT;
-static _Atomic int ready;
+_Atomic int ascm_barrier_on;
 
 static void probe(void) {
     const char *no = getenv("ASCMEM_NO_BARRIER");
-    atomic_store_explicit(&ready, !(no && no[0] == '1') && ascm_heavy_barrier_init(), memory_order_relaxed);
+    atomic_store_explicit(&ascm_barrier_on, !(no && no[0] == '1') && ascm_heavy_barrier_init(),
+                          memory_order_relaxed);
 }
 
 int ascm_heavy_barrier_ready(void) {
     pthread_once(&ready_once, probe);
-    return atomic_load_explicit(&ready, memory_order_relaxed);
+    return atomic_load_explicit(&ascm_barrier_on, memory_order_relaxed);
 }

@@ -55,10 +55,10 @@ uint64_t ascm_device_release_idle(ascm_device *d) {
 }
 
 /* Thread caches come to a device's pools as to any pool's (tcache.c), but
- * the media window's (caches_mode_for): the
- * pools share the device's lock, which a cache takes only to refill or give
- * back, and slots come and go inside slabs whose pages are charged already,
- * so the budget never sees them.  Not on a paged device: there a cache's
+ * the media window's (caches_mode_for): the pools share the device's lock,
+ * which a cache takes only to refill or give back, and slots come and go
+ * inside slabs whose pages are charged already, so the budget never sees
+ * them.  Not on a paged device: there a cache's
  * flush inside a statistics call may release a slab and unmap granules,
  * which the acl backend's mapper applies only after an allocation or free
  * (_acl_paging.pxi). */

@@ -20,19 +20,12 @@
  * no barrier, counts in the stripes (stripes.h), with atomic additions. */
 #include "device_internal.h"
 
-#include <pthread.h>
 #include <sched.h>
 
-_Atomic int ascm_gate_by_seat; /* the process has the barrier: seats are in use */
-static pthread_once_t seats_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t next_uid = 1;
 
-static void choose_seats(void) {
-    atomic_store_explicit(&ascm_gate_by_seat, ascm_heavy_barrier_ready(), memory_order_relaxed);
-}
-
 void ascm_gate_init(ascm_device *d) {
-    pthread_once(&seats_once, choose_seats);
+    ascm_heavy_barrier_ready(); /* before any call: seats if the barrier is there (ascm_barrier_on) */
     d->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
 }
 
@@ -44,7 +37,7 @@ static int seats_empty(ascm_device *d) {
 
 void ascm_device_quiesce(ascm_device *d) {
     atomic_fetch_add(&d->shut, 1);
-    if (atomic_load_explicit(&ascm_gate_by_seat, memory_order_relaxed))
+    if (atomic_load_explicit(&ascm_barrier_on, memory_order_relaxed))
         ascm_heavy_barrier(); /* every seat's count before its look at shut */
     for (unsigned spins = 0; !ascm_stripes_empty(d->inflight) || !seats_empty(d); spins++) {
         if (spins >= 64) {

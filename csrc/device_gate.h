@@ -28,7 +28,7 @@ static __thread gate_entry entries[GATE_ENTRIES];
  * entry in use is never replaced: its leave must find it).  NULL: the
  * stripes. */
 static __attribute__((noinline)) gate_entry *entry_slow(ascm_device *d, int claim) {
-    if (!atomic_load_explicit(&ascm_gate_by_seat, memory_order_relaxed)) return NULL;
+    if (!atomic_load_explicit(&ascm_barrier_on, memory_order_relaxed)) return NULL;
     int spare = -1;
     for (int i = 0; i < GATE_ENTRIES; i++) {
         gate_entry *e = &entries[i];

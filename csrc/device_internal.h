@@ -100,7 +100,6 @@ struct ascm_device {
  * device.c). */
 void ascm_gate_init(ascm_device *d);
 void ascm_gate_in_child(ascm_fork_node *n);
-extern _Atomic int ascm_gate_by_seat; /* the barrier is there: threads count in seats */
 
 /* The pool's page: the kind's, or the unit when that is larger. */
 static inline uint64_t page_of(const ascm_device *d, int kind) {

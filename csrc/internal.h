@@ -106,13 +106,16 @@ typedef struct ascm_fork_node {
     void (*in_child)(struct ascm_fork_node *); /* optional: fix-ups in the child */
 } ascm_fork_node;
 
-/* Call with no core lock held (the registry's mutex is taken first). */
 /* A memory barrier on every thread of the process (barrier.c): init says
  * whether the system has one (call it once); the barrier returns 0 if not. */
 int ascm_heavy_barrier_init(void);
 int ascm_heavy_barrier(void);
 int ascm_heavy_barrier_ready(void); /* init once per process; 0 also with ASCMEM_NO_BARRIER=1 */
+/* What ascm_heavy_barrier_ready said, for the fast paths: read it only
+ * after a call of that (a thread cache's or a device's creation makes one). */
+extern _Atomic int ascm_barrier_on;
 
+/* Call with no core lock held (the registry's mutex is taken first). */
 void ascm_fork_register(ascm_fork_node *n, ascm_lock *lock, int rank,
                         void (*in_child)(ascm_fork_node *));
 void ascm_fork_unregister(ascm_fork_node *n); /* no-op if never registered */

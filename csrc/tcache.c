@@ -82,8 +82,6 @@ typedef struct thread_caches {
 } thread_caches;
 
 static __thread thread_caches *mine;
-static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
-static _Atomic int by_flag; /* owners enter by their busy flag (set once, before any cache) */
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static uint64_t next_uid = 1; /* __atomic */
@@ -151,12 +149,8 @@ static void thread_exits(void *arg) {
 
 static void make_key(void) { pthread_key_create(&exit_key, thread_exits); }
 
-static void choose_entry(void) {
-    atomic_store_explicit(&by_flag, ascm_heavy_barrier_ready(), memory_order_relaxed);
-}
-
 static ascm_tcache *new_cache(ascm_pool *p) {
-    pthread_once(&barrier_once, choose_entry); /* before the first cache anywhere */
+    ascm_heavy_barrier_ready(); /* before the first cache anywhere: owners enter by flag if so */
     ascm_tcache *c = ascm_zalloc_lines(sizeof *c);
     if (!c) return NULL;
     c->pool = p;
@@ -260,7 +254,7 @@ static inline ascm_tcache *cache_of(ascm_pool *p) {
  * BENCHMARKS.md, "The owner's way in".  Without a barrier (not Linux, or
  * ASCMEM_NO_BARRIER=1), owners take the lock. */
 static inline int owner_enter(ascm_tcache *c) { /* 1: by the flag; 0: holding the lock */
-    if (ASCM_LIKELY(atomic_load_explicit(&by_flag, memory_order_relaxed))) {
+    if (ASCM_LIKELY(atomic_load_explicit(&ascm_barrier_on, memory_order_relaxed))) {
         atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
         atomic_signal_fence(memory_order_seq_cst); /* the flag before the look, for the compiler */
         if (ASCM_LIKELY(!atomic_load_explicit(&c->stopped, memory_order_acquire))) return 1;
@@ -452,7 +446,7 @@ void ascm_pool_unlock_whole(ascm_pool *p, int whole) {
  * cache existed, until ascm_tcache_go. */
 void ascm_tcache_stop(ascm_pool *p) {
     ascm_lock_acquire(&p->caches_lock);
-    if (p->caches && atomic_load_explicit(&by_flag, memory_order_relaxed)) { /* owner_enter says why */
+    if (p->caches && atomic_load_explicit(&ascm_barrier_on, memory_order_relaxed)) { /* owner_enter says why */
         for (ascm_tcache *c = p->caches; c; c = c->next)
             atomic_store_explicit(&c->stopped, 1, memory_order_relaxed);
         ascm_heavy_barrier(); /* cannot fail once init has said yes (barrier.c) */
