@@ -9,12 +9,14 @@
  *             post-processing one).
  * With the argument "small" (after the runs), steady sizes stop at 32 KiB:
  * the slab classes alone, where thread caches apply.
- * Printed: pairs per second, in all and per thread (median of runs).
+ * Printed: pairs per second, in all and per thread (median of runs), and
+ * the round trip of a cache line between two threads (line_round_trip_ns).
  * Written with GCC's __atomic builtins and pthreads so that C and C++ share it. */
 #ifndef ASCMEM_BENCH_THREADS_H
 #define ASCMEM_BENCH_THREADS_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -161,6 +163,41 @@ static double producer_consumer(const backend *b) {
     return T_STEPS / seconds;
 }
 
+/* The round trip of one cache line between two threads that take turns
+ * writing it: what each shared line costs between this machine's cores at
+ * the moment.  On this project's 2-vCPU hosts it moves from run to run (one
+ * session read ~380 ns, others ~100-130), and with it every multi-thread
+ * figure (BENCHMARKS.md, "Where issue 21's open targets end"), so it is
+ * printed beside them.  Skipped (0) with one CPU: the turns would wait for
+ * the scheduler. */
+#define RT_TURNS 200000
+static long rt_turn; /* __atomic */
+
+static void *rt_other(void *arg) {
+    (void)arg;
+    for (long i = 1; i < 2 * RT_TURNS; i += 2) {
+        for (unsigned spins = 1; __atomic_load_n(&rt_turn, __ATOMIC_ACQUIRE) != i; spins++)
+            if (spins % 4096 == 0) sched_yield();
+        __atomic_store_n(&rt_turn, i + 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static double line_round_trip_ns(void) {
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return 0;
+    pthread_t t;
+    __atomic_store_n(&rt_turn, 0, __ATOMIC_RELAXED);
+    if (pthread_create(&t, NULL, rt_other, NULL)) return 0;
+    double t0 = now();
+    for (long i = 0; i < 2 * RT_TURNS; i += 2) {
+        for (unsigned spins = 1; __atomic_load_n(&rt_turn, __ATOMIC_ACQUIRE) != i; spins++)
+            if (spins % 4096 == 0) sched_yield();
+        __atomic_store_n(&rt_turn, i + 1, __ATOMIC_RELEASE);
+    }
+    pthread_join(t, NULL);
+    return (now() - t0) / RT_TURNS * 1e9;
+}
+
 static int run_threads(const backend *b, int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : T_RUNS;
     for (int i = 2; i < argc; i++)
@@ -189,6 +226,7 @@ static int run_threads(const backend *b, int argc, char **argv) {
     double pc[99];
     for (int i = 0; i < runs; i++) pc[i] = producer_consumer(b);
     printf("producer_consumer_pairs_per_s %.0f\n", median(pc, runs));
+    printf("line_round_trip_ns %.0f\n", line_round_trip_ns());
     return 0;
 }
 

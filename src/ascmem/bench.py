@@ -365,7 +365,10 @@ def _run(args):
     if threads:
         print("\nthreads on one allocator, million pairs per second (in all / per thread; "
               "in brackets, the median of same-round quotients to one thread); "
-              "producer-consumer: one thread allocates, another frees")
+              "producer-consumer: one thread allocates, another frees; line: the round trip "
+              "of one cache line between two threads right after (every shared line costs "
+              "it, and on a virtual machine it moves with where the host puts the vCPUs)")
+        width = max(len(name) for name in threads) + 2
         for name, r in threads.items():
             if name == BESIDE_BATCHES:  # not pairs per second: printed below
                 continue
@@ -374,8 +377,10 @@ def _run(args):
                      f"{r[f'steady_{n}_threads_pairs_per_s_per_thread'] / 1e6:.2f}" +
                      (f" ({r[f'steady_{n}_threads_scaling']:.2f}x 1 thr)"
                       if f"steady_{n}_threads_scaling" in r else "") for n in counts]
-            print(f"  {name:36s}" + "; ".join(cells) +
-                  f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}")
+            line = (f"; line {r['line_round_trip_ns']:.0f} ns"
+                    if r.get("line_round_trip_ns") else "")
+            print(f"  {name:{width}s}" + "; ".join(cells) +
+                  f"; producer-consumer {r['producer_consumer_pairs_per_s'] / 1e6:.2f}" + line)
         beside = threads.get(BESIDE_BATCHES)
         if beside:  # batches hand the lock to a waiting thread every 256 blocks (pool.c)
             print(f"  a thread's 64 B pairs beside another's batches of {beside['batch_blocks']:,.0f} "
@@ -393,20 +398,20 @@ def _run(args):
     resolution = (1 << 20) if args.quick else 64 * 1024
     print(f"\nefficiency = peak live / smallest arena that replays the trace "
           f"(bisection to {resolution // 1024} KiB; higher is better)")
-    print(f"{'trace':18s}{'peak live':>12s}" + "".join(f"{n:>10s}" for n in names))
+    print(f"{'trace':22s}{'peak live':>12s}" + "".join(f"{n:>10s}" for n in names))
     traces = _traces(args.quick)
     figures["efficiency"] = frugality(traces, names, resolution)
     for r in figures["efficiency"]:
-        print(f"{r['trace']:18s}{r['peak_live'] / MiB:9.1f} MiB" +
+        print(f"{r['trace']:22s}{r['peak_live'] / MiB:9.1f} MiB" +
               "".join(f"{r[n]:10.3f}" for n in names))
     print("\nphysical efficiency of a paged pool = peak live / peak mapped (granules mapped only "
           "where live bytes are)")
-    print(f"{'trace':18s}{'2 MiB':>10s}{'64 KiB':>10s}")
+    print(f"{'trace':22s}{'2 MiB':>10s}{'64 KiB':>10s}")
     figures["physical_efficiency"] = []
     for t in traces:
         effs = [tr.physical_efficiency(t, g)[0] for g in (2 * MiB, 64 * 1024)]
         figures["physical_efficiency"].append({"trace": t.name, "2MiB": effs[0], "64KiB": effs[1]})
-        print(f"{t.name:18s}" + "".join(f"{e:10.3f}" for e in effs))
+        print(f"{t.name:22s}" + "".join(f"{e:10.3f}" for e in effs))
     return figures
 
 
