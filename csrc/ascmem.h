@@ -182,17 +182,21 @@ void ascm_pool_detach_mapping(ascm_pool *p);
 int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped);
 int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
 /* Thread caches (tcache.c): a cache of slab slots per thread in front of
- * the pool lock.  OFF (the default): none.  ON: from now on.  AUTO: from the
- * first time two threads meet at the lock.  Statistics, check() and walks
+ * the pool lock.  OFF (a new pool's mode; Python's Pool and Device ask for
+ * AUTO unless paged): none.  ON: from now on.  AUTO: from the first time two
+ * threads meet at the lock.  Statistics, check() and walks
  * flush every cache first, so they stay exact; an allocation that finds no
  * room flushes them and tries again.  They pay where threads free the small
- * blocks they allocate (two threads on slab sizes: about 2x the pairs per
- * second); blocks freed by another thread cost more than through the lock,
- * so a thread that mostly allocates or mostly frees passes its cache by
- * (BENCHMARKS.md).  ASCM_ERR_INVAL for another mode, or for ON or AUTO on a
+ * blocks they allocate (two threads on slab sizes: about 2.5x the pairs per
+ * second); blocks freed by another thread would cost more than through the
+ * lock, so a thread that mostly allocates or mostly frees passes its cache
+ * by (BENCHMARKS.md).  ASCM_ERR_INVAL for another mode, or for ON or AUTO on a
  * single-threaded pool. */
 enum { ASCM_CACHES_OFF = 0, ASCM_CACHES_ON = 1, ASCM_CACHES_AUTO = 2 };
 int ascm_pool_set_thread_caches(ascm_pool *p, int mode);
+/* Whether the pool's thread caches are on at this moment: ON, or AUTO once
+ * two threads have met at its lock. */
+int ascm_pool_thread_caches_on(const ascm_pool *p);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);

@@ -3,11 +3,12 @@
  *
  * One cache per (thread, pool), made on the thread's first call after the
  * caches are on: from ascm_pool_set_thread_caches(ON), or with AUTO from the
- * first time two threads meet at the pool lock.  Off by default: a thread
+ * first time two threads meet at the pool lock (Python's default).  A thread
  * that frees blocks another thread allocated moves the slab's lines between
- * cores on each call, which the lock batches better (BENCHMARKS.md), so
- * whether they pay depends on the workload.  While they are on, a thread
- * that mostly allocates or mostly frees passes its cache by (passes()).
+ * cores on each call, which the lock batches better, so while caches are on
+ * a thread that mostly allocates or mostly frees passes its cache by
+ * (passes()); with that, caches tie the lock on producer-consumer and win
+ * elsewhere (BENCHMARKS.md, "Thread caches on by contention").
  *
  * Slot states: free (taken bit 0), live (taken 1, live 1: a caller holds it),
  * cached (taken 1, live 0: in some thread's cache).  A free by address goes
@@ -480,6 +481,8 @@ int ascm_pool_set_thread_caches(ascm_pool *p, int mode) {
     ascm_tcache_go(p);
     return ASCM_OK;
 }
+
+int ascm_pool_thread_caches_on(const ascm_pool *p) { return ascm_caches_on(p); }
 
 /* In a child after fork(): the caches of threads that were not copied are
  * dropped.  Their lock may have been held mid-change, so their contents are

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -97,6 +98,54 @@ def test_a_full_pool_takes_back_what_caches_hold():
         pool.free(b)
     whole = pool.alloc(1 << 20)  # fits only once this thread's cache is flushed
     pool.free(whole)
+    pool.check()
+
+
+def test_default_mode_is_auto_but_off_when_paged():
+    assert ascmem.Pool(1 << 20).thread_caches == "auto"
+    assert ascmem.Pool(1 << 22, granule=1 << 21).thread_caches == "off"
+    assert ascmem.Pool(1 << 20, thread_caches=None).thread_caches == "auto"
+
+
+def test_default_pool_turns_caches_on_when_threads_meet_and_stays_exact():
+    # batch calls release the GIL, so two Python threads meet at the lock
+    pool = ascmem.Pool(1 << 30, base=1 << 32)
+    for _ in range(50):  # one thread alone, batches included: never on
+        pool.free_many(pool.alloc_many([64 + 8 * i for i in range(500)]))
+    assert not pool.thread_caches_on
+    errors, stop = [], threading.Event()
+
+    def churn(seed):
+        try:
+            n = 0
+            while not stop.is_set() and n < 20000:
+                addrs = pool.alloc_many([64 + (seed * 7 + i) % 4000 for i in range(2000)])
+                pool.free_many(addrs[::2])
+                pool.free_many(addrs[1::2])
+                n += 1
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=churn, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while not pool.thread_caches_on and time.monotonic() < deadline and not errors:
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert pool.thread_caches_on
+    st = pool.stats()
+    assert st["live_count"] == 0 and st["used"] == 0 and st["alloc_count"] == st["free_count"]
+    pool.check()
+    # the cached path from Python: exact counts, and a double free still refused
+    a = pool.alloc(100)
+    pool.free(a)
+    with pytest.raises(InvalidFreeError):
+        pool.free(a)
+    assert pool.stats()["live_count"] == 0
     pool.check()
 
 
@@ -217,7 +266,9 @@ def test_device_caches_survive_reset_and_close_under_gil_free_callers():
 
 
 def test_device_caches_modes():
-    assert ascmem.Device("atlas-training").thread_caches == "off"
+    # the default: on from the first time two threads meet at a lock; off when paged
+    assert ascmem.Device("atlas-training").thread_caches == "auto"
+    assert ascmem.Device("atlas-a2-training", paged=True).thread_caches == "off"
     with pytest.raises(InvalidArgumentError):
         ascmem.Device("atlas-training", thread_caches="sometimes")
     with pytest.raises(UnsupportedError):

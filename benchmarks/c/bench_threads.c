@@ -2,7 +2,8 @@
  * pool's own lock, freeing by address), the same with thread caches on
  * ("cached"), and against one shared Device (its chunks' pools and its
  * budget; "device cached": with thread caches), and through the pluggable-
- * allocator functions on such a Device ("pluggable [cached]").
+ * allocator functions on such a Device ("pluggable [cached]"); "auto" in
+ * place of "cached" asks for the caches' AUTO mode.
  * make -C benchmarks/c threads */
 #define _GNU_SOURCE
 #include "ascmem.h"
@@ -28,9 +29,13 @@ static void pool_destroy(void *a) { ascm_pool_destroy((ascm_pool *)a); }
 
 static const backend pool_backend = {"ascmem pool", pool_make, pool_alloc, pool_free, pool_destroy};
 
+/* "cached": ON; "auto": AUTO (on from the first time two threads meet at a
+ * lock), the mode Python's Pool and Device start in */
+static int caches_mode = ASCM_CACHES_ON;
+
 static void *cached_make(void) {
     ascm_pool *p = pool_make();
-    if (ascm_pool_set_thread_caches(p, ASCM_CACHES_ON) != ASCM_OK) exit(1);
+    if (ascm_pool_set_thread_caches(p, caches_mode) != ASCM_OK) exit(1);
     return p;
 }
 static const backend cached_backend = {"ascmem pool, thread caches", cached_make, pool_alloc, pool_free,
@@ -68,7 +73,7 @@ static const backend device_backend = {"ascmem device", device_make, device_allo
 
 static void *device_cached_make(void) {
     ascm_device *d = device_make();
-    if (ascm_device_set_thread_caches(d, ASCM_CACHES_ON) != ASCM_OK) exit(1);
+    if (ascm_device_set_thread_caches(d, caches_mode) != ASCM_OK) exit(1);
     return d;
 }
 static const backend device_cached_backend = {"ascmem device, thread caches", device_cached_make,
@@ -107,8 +112,9 @@ int main(int argc, char **argv) {
     int device = 0, cached = 0, pluggable = 0;
     for (int i = 2; i < argc; i++) {
         device |= !strcmp(argv[i], "device");
-        cached |= !strcmp(argv[i], "cached");
+        cached |= !strcmp(argv[i], "cached") || !strcmp(argv[i], "auto");
         pluggable |= !strcmp(argv[i], "pluggable");
+        if (!strcmp(argv[i], "auto")) caches_mode = ASCM_CACHES_AUTO;
     }
     plug_cached = cached;
     if (pluggable) b = &pluggable_backend;

@@ -309,7 +309,7 @@ static void test_modes(void) {
     CHECK(q->caches_mode == ASCM_CACHES_OFF);
     ascm_pool_destroy(q);
     CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_AUTO) == ASCM_OK);
-    CHECK(!ascm_caches_on(p));
+    CHECK(!ascm_caches_on(p) && !ascm_pool_thread_caches_on(p));
     pthread_t t[2];
     steady w[2];
     for (int round = 0; round < 20 && !ascm_caches_on(p); round++) {
@@ -319,11 +319,11 @@ static void test_modes(void) {
         }
         for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
     }
-    CHECK(ascm_caches_on(p));
+    CHECK(ascm_caches_on(p) && ascm_pool_thread_caches_on(p));
     uint64_t a;
     CHECK(ascm_pool_alloc(p, 64, 8, &a) == ASCM_OK && ascm_pool_free(p, a) == ASCM_OK); /* cached */
     CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_OFF) == ASCM_OK);
-    CHECK(!ascm_caches_on(p));
+    CHECK(!ascm_caches_on(p) && !ascm_pool_thread_caches_on(p));
     CHECK(ascm_pool_set_thread_caches(p, 7) == ASCM_ERR_INVAL);
     ascm_stats st;
     ascm_pool_stats(p, &st);

@@ -68,6 +68,7 @@ cdef extern from "ascmem.h" nogil:
                                ascm_handle *h)
     int ascm_pool_free_handle(ascm_pool *p, ascm_handle h)
     int ascm_pool_set_thread_caches(ascm_pool *p, int mode)
+    int ascm_pool_thread_caches_on(const ascm_pool *p)
     enum:
         ASCM_CACHES_OFF
         ASCM_CACHES_ON

@@ -16,7 +16,7 @@
 
 @cython.final
 cdef class Device(_DeviceReadout):
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, thread_caches='off')
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, thread_caches=None)
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -52,7 +52,7 @@ cdef class Device(_DeviceReadout):
     each kind's pools but the media window's, as ``Pool(thread_caches=...)``, for callers that
     allocate without the GIL (the pluggable allocator, ``cimport``, the C
     API).  Statistics, ``check()`` and walks flush them first.  Not with
-    ``paged``.
+    ``paged``.  The default (None) is "auto", "off" with ``paged``.
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
@@ -60,8 +60,9 @@ cdef class Device(_DeviceReadout):
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
                   limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0,
-                  thread_caches="off"):
+                  thread_caches=None):
         self._d = NULL
+        thread_caches = _default_caches(thread_caches, paged)
         caches = _caches_mode(thread_caches)
         if paged and caches != ASCM_CACHES_OFF:
             raise UnsupportedError("thread_caches with paged=True: a paged device's caches are not "

@@ -32,9 +32,20 @@ cdef int _caches_mode(object name) except -1:
     raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {name!r}")
 
 
+cdef object _default_caches(object name, bint paged):
+    """A thread_caches argument, its default (None) resolved: "auto", which
+    costs a pool no thread ever shares nothing (caches come on only when two
+    threads meet at its lock) and won or tied every multi-thread benchmark
+    against "off" (BENCHMARKS.md, "Thread caches on by contention"); "off"
+    for a paged pool or device, whose caches are not built."""
+    if name is None:
+        return "off" if paged else "auto"
+    return name
+
+
 @cython.final
 cdef class Pool:
-    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches="off")
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches=None)
 --
 
     A pool over the address range [base, base + size): slabs for requests
@@ -52,12 +63,14 @@ cdef class Pool:
 
     ``thread_caches`` ("off", "on" or "auto": from the first time two threads
     meet at the pool's lock) puts a cache of small blocks per thread in front
-    of the lock, for callers that allocate without the GIL (``cimport`` or
-    the C API).  Statistics, ``check()`` and walks flush them first.
+    of the lock, for callers that allocate without the GIL (``cimport``, the
+    C API, batch calls).  Statistics, ``check()`` and walks flush them first.
+    The default (None) is "auto" ("off" for a paged pool): a pool only one
+    thread uses never has them.
     """
 
     def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
-                  release_threshold=0, thread_caches="off"):
+                  release_threshold=0, thread_caches=None):
         cdef ascm_pool_config cfg
         memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
@@ -81,6 +94,7 @@ cdef class Pool:
             raise InvalidArgumentError(f"bad pool: {_pool_config_problem(&cfg)}")
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the pool's metadata ran out")
+        thread_caches = _default_caches(thread_caches, cfg.paged)
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
         self.base = cfg.base
@@ -241,6 +255,12 @@ cdef class Pool:
     def reset_peak_memory_stats(self):
         """PyTorch's name for reset_peaks()."""
         ascm_pool_reset_peaks(self._p)
+
+    @property
+    def thread_caches_on(self):
+        """Whether thread caches are on at this moment: with "on", or with
+        "auto" once two threads have met at the pool's lock."""
+        return bool(ascm_pool_thread_caches_on(self._p))
 
     def trim(self):
         """Gives spare empty slabs back, and unmaps a paged pool's kept

@@ -219,10 +219,14 @@ def c_threads(runs):
     runs_of = {"ascmem pool": ["bench_threads", str(runs)],
                "ascmem pool, caches on": ["bench_threads", str(runs), "cached"],
                "ascmem pool, caches on, slab sizes": ["bench_threads", str(runs), "cached", "small"],
+               # AUTO, what a Pool or Device made in Python starts in
+               "ascmem pool, caches auto, slab sizes": ["bench_threads", str(runs), "auto", "small"],
                "ascmem pool, slab sizes": ["bench_threads", str(runs), "small"],
                "ascmem device": ["bench_threads", str(runs), "device"],
                "ascmem device, caches on, slab sizes": ["bench_threads", str(runs), "device", "cached",
                                                         "small"],
+               "ascmem device, caches auto, slab sizes": ["bench_threads", str(runs), "device", "auto",
+                                                          "small"],
                "pluggable functions, caches on, slab sizes": ["bench_threads", str(runs), "pluggable",
                                                               "cached", "small"]}
     if _made(bench_dir, "peer_threads"):
