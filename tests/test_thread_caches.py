@@ -222,15 +222,17 @@ def test_device_caches_serve_gil_free_threads_exactly(mode):
     assert r.stdout.startswith("ok")
 
 
-def test_device_caches_survive_reset_and_close_under_gil_free_callers():
-    """As test_reliability's first test, with thread caches on: resets drop
-    the pools (and their caches) while threads are inside the pluggable
-    functions; every call is served or refused, none crashes or hangs."""
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_device_caches_survive_reset_and_close_under_gil_free_callers(mode):
+    """As test_reliability's first test, with thread caches on (with AUTO,
+    coming on while the resets race): resets drop the pools (and their
+    caches) while threads are inside the pluggable functions; every call is
+    served or refused, none crashes or hangs."""
     r = _run_child("""
         import threading, time, ascmem
         from ascmem import pluggable as pl
         MiB = 1 << 20
-        d = ascmem.Device("atlas-training", backend="host", device_id=13, thread_caches="on",
+        d = ascmem.Device("atlas-training", backend="host", device_id=13, thread_caches=MODE,
                           pool_sizes={"normal": (4 * MiB, 64 * MiB), "huge": (8 * MiB, 64 * MiB),
                                       "dvpp": 2 * MiB, "host": 2 * MiB})
         pl.configure(d)
@@ -261,7 +263,7 @@ def test_device_caches_survive_reset_and_close_under_gil_free_callers():
         pl.unconfigure(13)
         assert resets > 0 and served[0] > 0
         print("ok")
-    """)
+    """.replace("MODE", repr(mode)))
     assert r.stdout.startswith("ok")
 
 
