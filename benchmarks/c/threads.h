@@ -173,13 +173,18 @@ static double producer_consumer(const backend *b) {
 #define RT_TURNS 200000
 static long rt_turn; /* __atomic */
 
-static void *rt_other(void *arg) {
-    (void)arg;
-    for (long i = 1; i < 2 * RT_TURNS; i += 2) {
+/* This thread's turns: first, first + 2, ... (the other thread has the rest). */
+static void rt_take_turns(long first) {
+    for (long i = first; i < 2 * RT_TURNS; i += 2) {
         for (unsigned spins = 1; __atomic_load_n(&rt_turn, __ATOMIC_ACQUIRE) != i; spins++)
             if (spins % 4096 == 0) sched_yield();
         __atomic_store_n(&rt_turn, i + 1, __ATOMIC_RELEASE);
     }
+}
+
+static void *rt_other(void *arg) {
+    (void)arg;
+    rt_take_turns(1);
     return NULL;
 }
 
@@ -189,11 +194,7 @@ static double line_round_trip_ns(void) {
     __atomic_store_n(&rt_turn, 0, __ATOMIC_RELAXED);
     if (pthread_create(&t, NULL, rt_other, NULL)) return 0;
     double t0 = now();
-    for (long i = 0; i < 2 * RT_TURNS; i += 2) {
-        for (unsigned spins = 1; __atomic_load_n(&rt_turn, __ATOMIC_ACQUIRE) != i; spins++)
-            if (spins % 4096 == 0) sched_yield();
-        __atomic_store_n(&rt_turn, i + 1, __ATOMIC_RELEASE);
-    }
+    rt_take_turns(0);
     pthread_join(t, NULL);
     return (now() - t0) / RT_TURNS * 1e9;
 }
