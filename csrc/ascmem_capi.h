@@ -26,7 +26,8 @@
  * ascm_stats mapped, peak_mapped, map_calls and unmap_calls (paged pools).
  * Functions appended without a new version (older extensions still work; a
  * newer one is refused by an older ascmem, whose table is smaller):
- * pool_alloc_handle and pool_free_handle; then pool_set_thread_caches. */
+ * pool_alloc_handle and pool_free_handle; then pool_set_thread_caches; then
+ * pool_thread_caches_on. */
 #define ASCM_CAPI_VERSION 4
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
@@ -56,6 +57,7 @@ typedef struct ascm_capi {
     int (*pool_free_handle)(ascm_pool *p, ascm_handle h);
     /* thread caches (ascmem.h): ASCM_CACHES_OFF, _ON or _AUTO */
     int (*pool_set_thread_caches)(ascm_pool *p, int mode);
+    int (*pool_thread_caches_on)(const ascm_pool *p); /* 1 while they are on */
 } ascm_capi;
 
 static const ascm_capi *ascm_api = NULL;

@@ -144,12 +144,15 @@ static void *churn(void *arg) {
         if (live[v] && ascm_api->pool_free(c->p, live[v])) c->failed++;
     return NULL;
 }
+/* churn_threads(pool, n, mode): n threads churn the pool, with its thread
+ * caches set to mode first (-1: as the pool has them); returns (failed
+ * calls, whether the caches were on at the end). */
 static PyObject *churn_threads(PyObject *self, PyObject *args) {
     PyObject *pool_obj;
-    int n;
-    if (!PyArg_ParseTuple(args, "Oi", &pool_obj, &n) || n < 1 || n > 16) return NULL;
+    int n, mode;
+    if (!PyArg_ParseTuple(args, "Oii", &pool_obj, &n, &mode) || n < 1 || n > 16) return NULL;
     ascm_pool *p = ascm_api->pool_of(pool_obj);
-    if (!p || ascm_api->pool_set_thread_caches(p, ASCM_CACHES_ON)) return NULL;
+    if (!p || (mode >= 0 && ascm_api->pool_set_thread_caches(p, mode))) return NULL;
     pthread_t t[16];
     churner c[16];
     uint64_t shared = 0;
@@ -162,7 +165,7 @@ static PyObject *churn_threads(PyObject *self, PyObject *args) {
     for (int i = 0; i < n; i++) { pthread_join(t[i], NULL); failed += c[i].failed; }
     if (shared && ascm_api->pool_free(p, shared)) failed++;
     Py_END_ALLOW_THREADS
-    return PyLong_FromLong(failed);
+    return Py_BuildValue("ii", failed, ascm_api->pool_thread_caches_on(p));
 }
 
 static PyMethodDef methods[] = {
@@ -264,10 +267,14 @@ def test_c_extension_uses_the_capsule(built):
     p.check()
 
 
-def test_c_extension_threads_share_a_pool_through_thread_caches(built):
+@pytest.mark.parametrize("mode", ["on", "default"])
+def test_c_extension_threads_share_a_pool_through_thread_caches(built, mode):
+    # "default": the Pool's own AUTO, which the threads' meeting turns on
     _, capi_user = built
     p = ascmem.Pool(1 << 28, base=1 << 32)
-    assert capi_user.churn_threads(p, 4) == 0
+    assert not p.thread_caches_on
+    assert capi_user.churn_threads(p, 4, 1 if mode == "on" else -1) == (0, 1)
+    assert p.thread_caches_on
     st = p.stats()
     assert st["live_count"] == 0 and st["used"] == 0
     assert st["alloc_count"] == st["free_count"] == 4 * 200000

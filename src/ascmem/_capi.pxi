@@ -24,6 +24,7 @@ cdef extern from "ascmem_capi.h":
         int (*pool_alloc_handle)(ascm_pool *, uint64_t, uint64_t, uint64_t *, uint64_t *) noexcept nogil
         int (*pool_free_handle)(ascm_pool *, uint64_t) noexcept nogil
         int (*pool_set_thread_caches)(ascm_pool *, int) noexcept nogil
+        int (*pool_thread_caches_on)(const ascm_pool *) noexcept nogil
 
 
 cdef ascm_pool *_capi_pool_of(PyObject *o) noexcept:
@@ -54,5 +55,6 @@ _capi.status_str = ascm_status_str
 _capi.pool_alloc_handle = ascm_pool_alloc_handle
 _capi.pool_free_handle = ascm_pool_free_handle
 _capi.pool_set_thread_caches = ascm_pool_set_thread_caches
+_capi.pool_thread_caches_on = ascm_pool_thread_caches_on
 
 _C_API = PyCapsule_New(<void *>&_capi, "ascmem._core._C_API", NULL)
