@@ -318,9 +318,9 @@ typedef struct ascm_slab {
     uint32_t cls;        /* for the descriptor's life */
     uint32_t count;
     uint32_t index;      /* in p->slabs, for the descriptor's life */
-    uint64_t *live;      /* 1 = held by a caller (__atomic), on lines of their own;
-                            taken but not live = in a thread cache */
-    uint16_t *slack;     /* per slot: class size - requested */
+    uint16_t *slack;     /* per slot, on lines of their own: class size - requested,
+                            and ASCM_SLOT_LIVE while a caller holds it (pool_core.h;
+                            taken but not live = in a thread cache); __atomic */
     void *mem;           /* what malloc returned: the descriptor is aligned within it */
     /* changed under the pool lock */
     _Alignas(64) uint32_t node; /* fit node that holds it */

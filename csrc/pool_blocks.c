@@ -61,7 +61,7 @@ int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t 
             p->fit.nodes[node].slack = (uint32_t)(usable - requested);
         } else {
             ascm_slab *s = ascm_slab_of(p, off);
-            ascm_slab_set_slack(s, (uint64_t)ascm_slab_live_slot(p, s, off), usable - requested);
+            ascm_slab_relabel(s, (uint64_t)ascm_slab_live_slot(p, s, off), usable - requested);
         }
         p->requested = p->requested - old + requested;
         if (p->requested > p->peak_requested) p->peak_requested = p->requested;

@@ -188,13 +188,24 @@ static inline int64_t ascm_slab_slot_of(const ascm_pool *p, const ascm_slab *s, 
     return (int64_t)slot;
 }
 
-/* Whether a caller holds the slot.  Live bits are kept only while thread
+/* A slot's word (s->slack[slot]): its slack (class size - requested, under
+ * 32 KiB) and, while thread caches are on, its live flag.  One word, so that
+ * a cache hands a slot out with one plain store and a free takes it back
+ * with one atomic and: with the flag in a bitmap word that other slots
+ * share, the hand-out needed a locked or, a quarter of a cached pair
+ * (BENCHMARKS.md, "The live flag in the slot's word").  A thread cache
+ * changes words without the pool lock, and a stale free racing a reset may
+ * read one a cache is writing, so every access is atomic (a plain move on
+ * x86 but for the and). */
+#define ASCM_SLOT_LIVE 0x8000u
+
+/* Whether a caller holds the slot.  Live flags are kept only while thread
  * caches are on (a slot may then be taken but cached); otherwise taken means
  * live and the taken bits answer (ascm_slab_sync_live makes them agree when
  * caches come on). */
 static inline int ascm_slab_is_live(const ascm_pool *p, const ascm_slab *s, uint64_t slot) {
     if (!ascm_caches_on(p)) return (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
-    return (int)((__atomic_load_n(&s->live[slot >> 6], __ATOMIC_RELAXED) >> (slot & 63)) & 1u);
+    return (__atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED) & ASCM_SLOT_LIVE) != 0;
 }
 
 /* Slot of off in s, or -1 if off is not the start of a live slot. */
@@ -203,30 +214,36 @@ static inline int64_t ascm_slab_live_slot(const ascm_pool *p, const ascm_slab *s
     return slot >= 0 && ascm_slab_is_live(p, s, (uint64_t)slot) ? slot : -1;
 }
 
-/* A slot's slack (class size - requested).  A thread cache writes and reads
- * it without the pool lock, ordered by the slot's live bit; a stale free
- * racing a reset may read one a cache is writing, so every access is an
- * atomic one (a plain move on x86). */
 static inline uint32_t ascm_slab_slack(const ascm_slab *s, uint64_t slot) {
-    return __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED);
+    return __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED) & (ASCM_SLOT_LIVE - 1);
 }
-static inline void ascm_slab_set_slack(ascm_slab *s, uint64_t slot, uint64_t slack) {
-    __atomic_store_n(&s->slack[slot], (uint16_t)slack, __ATOMIC_RELAXED);
+/* A slot handed out (by the pool under its lock, or by the thread cache
+ * that holds it): its slack, and live.  With caches off the flag is not
+ * read, and the sync makes it true when they come on. */
+static inline void ascm_slab_hand_out(ascm_slab *s, uint64_t slot, uint64_t slack) {
+    __atomic_store_n(&s->slack[slot], (uint16_t)(slack | ASCM_SLOT_LIVE), __ATOMIC_RELEASE);
 }
-
-/* A slot's live bit, under the pool lock, while thread caches are on: a
- * cache may change other bits of the word without the lock, hence atomic. */
-static inline void ascm_slab_set_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
-    if (ASCM_UNLIKELY(ascm_caches_on(p)))
-        __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELEASE);
+/* A live slot's new slack (relabel), its flag kept: a free racing this
+ * clears the flag in between, and the exchange then tries again. */
+static inline void ascm_slab_relabel(ascm_slab *s, uint64_t slot, uint64_t slack) {
+    uint16_t old = __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&s->slack[slot], &old,
+                                        (uint16_t)((old & ASCM_SLOT_LIVE) | slack), 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
 }
-/* A live slot stops being live; 0 if it was not live (then nothing changed). */
-static inline int ascm_slab_clear_live(const ascm_pool *p, ascm_slab *s, uint64_t slot) {
-    uint64_t m = 1ull << (slot & 63);
-    if (ASCM_LIKELY(!ascm_caches_on(p))) return (s->bits[slot >> 6] & m) != 0;
-    return (__atomic_fetch_and(&s->live[slot >> 6], ~m, __ATOMIC_ACQ_REL) & m) != 0;
+/* A live slot stops being live; 0 if it was not live (then nothing changed).
+ * *slack: its slack. */
+static inline int ascm_slab_take_back(const ascm_pool *p, ascm_slab *s, uint64_t slot, uint32_t *slack) {
+    if (ASCM_LIKELY(!ascm_caches_on(p))) {
+        *slack = ascm_slab_slack(s, slot);
+        return (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
+    }
+    uint16_t old = __atomic_fetch_and(&s->slack[slot], (uint16_t)~ASCM_SLOT_LIVE, __ATOMIC_ACQ_REL);
+    *slack = old & (ASCM_SLOT_LIVE - 1);
+    return (old & ASCM_SLOT_LIVE) != 0;
 }
-/* Pool lock held, caches about to come on: live bits := taken bits. */
+/* Pool lock held, caches about to come on: live flags := taken bits. */
 void ascm_slab_sync_live(ascm_pool *p);
 
 /* The hot paths, inline so that a small pair runs in the pool's entry
@@ -263,8 +280,7 @@ static inline int ascm_slab_alloc(ascm_pool *p, int cls, uint64_t requested, uin
     if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
     ascm_slab *s = p->slabs[*slab];
     uint32_t size = p->classes[cls].size, slot = *slot_out;
-    ascm_slab_set_slack(s, slot, size - requested);
-    ascm_slab_set_live(p, s, slot);
+    ascm_slab_hand_out(s, slot, size - requested);
     *off = s->off + (uint64_t)slot * size;
     return ASCM_OK;
 }
@@ -285,10 +301,11 @@ static inline int ascm_slab_free(ascm_pool *p, uint32_t si, uint64_t off, uint64
                                  uint64_t *requested) {
     ascm_slab *s = p->slabs[si];
     int64_t slot = ascm_slab_slot_of(p, s, off);
-    if (ASCM_UNLIKELY(slot < 0 || !ascm_slab_clear_live(p, s, (uint64_t)slot))) return ASCM_ERR_BADFREE;
+    uint32_t slack;
+    if (ASCM_UNLIKELY(slot < 0 || !ascm_slab_take_back(p, s, (uint64_t)slot, &slack))) return ASCM_ERR_BADFREE;
     uint32_t size = p->classes[s->cls].size;
     *usable = size;
-    *requested = size - ascm_slab_slack(s, (uint64_t)slot);
+    *requested = size - slack;
     ascm_slab_put(p, si, (uint64_t)slot);
     return ASCM_OK;
 }

@@ -10,8 +10,8 @@
  * While thread caches are on, no descriptor is freed: a released slab's
  * stays, idle, for the next slab of its class, so that a thread cache may
  * read one without the lock (tcache.c); with caches off, a class keeps up
- * to IDLE_DESCRIPTORS idle (below).  A slot's live bit, not its taken bit, says
- * whether a caller holds it.  A slab that empties is kept as a spare while its
+ * to IDLE_DESCRIPTORS idle (below).  A slot's live flag (in its word, with its
+ * slack), not its taken bit, then says whether a caller holds it.  A slab that empties is kept as a spare while its
  * class's spares stay within SLAB_SPARE_BYTES (always at least one), then goes
  * back to the large-block path.  Spares absorb alloc/free waves: building and
  * tearing down a slab costs a descriptor malloc, a block split and map
@@ -96,14 +96,14 @@ static int make_leaves(ascm_pool *p, uint64_t off, uint64_t bytes) {
     return ASCM_OK;
 }
 
-/* A descriptor is the struct and its taken bits, then its live bits on
- * cache lines of their own (thread caches change them without the lock),
- * then the slack of each slot. */
-static size_t live_offset(uint32_t count) {
+/* A descriptor is the struct and its taken bits, then each slot's word
+ * (slack and live flag) on cache lines of their own: thread caches change
+ * them without the lock. */
+static size_t words_offset(uint32_t count) {
     return (sizeof(ascm_slab) + (count + 63) / 64 * sizeof(uint64_t) + 63) & ~(size_t)63;
 }
 static size_t descriptor_bytes(uint32_t count) {
-    size_t end = live_offset(count) + (count + 63) / 64 * sizeof(uint64_t) + count * sizeof(uint16_t);
+    size_t end = words_offset(count) + count * sizeof(uint16_t);
     return (end + 63) & ~(size_t)63;
 }
 
@@ -144,8 +144,7 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
     s->cls = (uint32_t)cls;
     s->count = k->count;
     s->nwords = nwords;
-    s->live = (uint64_t *)((char *)s + live_offset(k->count));
-    s->slack = (uint16_t *)(s->live + nwords);
+    s->slack = (uint16_t *)((char *)s + words_offset(k->count));
     s->index = si;
     s->idle = 1;
     p->slabs[si] = s;
@@ -182,13 +181,19 @@ static void make_idle(ascm_pool *p, ascm_slab *s) {
     k->nidle++;
 }
 
+/* Every slot's live flag from its taken bit (see ascm_slab_is_live). */
+static void sync_slots(ascm_slab *s) {
+    for (uint32_t slot = 0; slot < s->count; slot++) {
+        uint16_t w = __atomic_load_n(&s->slack[slot], __ATOMIC_RELAXED) & (uint16_t)~ASCM_SLOT_LIVE;
+        if ((s->bits[slot >> 6] >> (slot & 63)) & 1u) w |= ASCM_SLOT_LIVE;
+        __atomic_store_n(&s->slack[slot], w, __ATOMIC_RELAXED);
+    }
+}
+
 void ascm_slab_sync_live(ascm_pool *p) {
     for (uint32_t si = 1; si < p->nslabs_used; si++) {
         ascm_slab *s = ascm_slab_in_use(p, si);
-        for (uint32_t w = 0; s && w < s->nwords; w++) {
-            uint64_t valid = w == s->nwords - 1 && (s->count & 63) ? ~(~0ull << (s->count & 63)) : ~0ull;
-            __atomic_store_n(&s->live[w], s->bits[w] & valid, __ATOMIC_RELAXED);
-        }
+        if (s) sync_slots(s);
     }
 }
 
@@ -225,7 +230,7 @@ int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
     s->idle = 0;
     memset(s->bits, 0, s->nwords * sizeof(uint64_t));
     if (k->count & 63) s->bits[s->nwords - 1] = ~0ull << (k->count & 63);
-    for (uint32_t w = 0; w < s->nwords; w++) __atomic_store_n(&s->live[w], 0, __ATOMIC_RELAXED);
+    if (ascm_caches_on(p)) sync_slots(s); /* no slot live (else the sync when caches come on) */
     map_slab(p, off, k->slab_bytes, s);
     p->slab_bytes += k->slab_bytes;
     ascm_slab_list_push(p, k, s->index);

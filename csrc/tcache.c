@@ -10,12 +10,15 @@
  * (passes()); with that, caches tie the lock on producer-consumer and win
  * elsewhere (BENCHMARKS.md, "Thread caches on by contention").
  *
- * Slot states: free (taken bit 0), live (taken 1, live 1: a caller holds it),
- * cached (taken 1, live 0: in some thread's cache).  A free by address goes
- * live -> cached without the pool lock: the slab table (leaves never freed)
- * finds the descriptor (not freed while caches are on), and an atomic fetch-and on the live bit
- * decides between a racing double free and the first one.  The pool's own
- * paths change live bits atomically too while caches are on (pool_core.h).
+ * Slot states: free (taken bit 0), live (taken 1, live flag 1: a caller
+ * holds it), cached (taken 1, live 0: in some thread's cache).  The live
+ * flag sits in the slot's word beside its slack (pool_core.h).  A free by
+ * address goes live -> cached without the pool lock: the slab table (leaves
+ * never freed) finds the descriptor (not freed while caches are on), and an
+ * atomic fetch-and on the slot's word decides between a racing double free
+ * and the first one.  Handing a cached slot out is a plain store: the slot
+ * is the cache's alone.  The pool's own paths change slot words atomically
+ * too.
  *
  * Locks, outermost first: the pool's caches_lock (the list), a cache's lock
  * (others take it to flush the cache; its owner enters by a flag instead,
@@ -331,8 +334,7 @@ int ascm_tcache_alloc(ascm_pool *p, uint64_t size, uint64_t requested, uint64_t 
     ascm_slab *s = ascm_slab_of(p, off); /* a taken slot: its slab stays */
     uint32_t slot_size = c->size[cls];
     uint64_t slot = ((off - s->off) * c->div_magic[cls]) >> 48;
-    ascm_slab_set_slack(s, slot, slot_size - requested);
-    __atomic_fetch_or(&s->live[slot >> 6], 1ull << (slot & 63), __ATOMIC_RELEASE);
+    ascm_slab_hand_out(s, slot, slot_size - requested); /* a plain store: the slot is this cache's */
     c->used += slot_size;
     c->requested += (int64_t)requested;
     c->live++;
@@ -367,13 +369,13 @@ int ascm_tcache_free(ascm_pool *p, uint64_t addr) {
     uint64_t soff = __atomic_load_n(&s->off, __ATOMIC_ACQUIRE), rel = off - soff;
     uint64_t slot = (rel * c->div_magic[cls]) >> 48;
     if (slot >= s->count || slot * size != rel) goto miss;
-    uint64_t *word = &s->live[slot >> 6], bit = 1ull << (slot & 63);
-    if (!(__atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL) & bit)) goto miss; /* the pool says why */
+    uint16_t *word = &s->slack[slot], was = __atomic_fetch_and(word, (uint16_t)~ASCM_SLOT_LIVE, __ATOMIC_ACQ_REL);
+    if (!(was & ASCM_SLOT_LIVE)) goto miss; /* the pool says why */
     if (ascm_slab_of(p, off) != s || __atomic_load_n(&s->off, __ATOMIC_ACQUIRE) != soff) {
-        __atomic_fetch_or(word, bit, __ATOMIC_RELAXED); /* a bad free that raced a release */
+        __atomic_fetch_or(word, (uint16_t)ASCM_SLOT_LIVE, __ATOMIC_RELAXED); /* a bad free that raced a release */
         goto miss;
     }
-    uint64_t requested = size - ascm_slab_slack(s, slot);
+    uint64_t requested = size - (was & (ASCM_SLOT_LIVE - 1));
     if (c->n[cls] == c->cap[cls]) {
         ascm_pool_lock(p);
         give_back(p, c, cls, (c->n[cls] + 1) / 2);
