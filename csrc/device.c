@@ -328,23 +328,23 @@ ASCM_SPECIALISED int device_try(ascm_device *d, uint64_t size, uint32_t policy, 
     return st;
 }
 
+/* An allocation refused because the device is closed (or shut for a reset). */
+static inline int refused(int *kind, int *events) {
+    *events = 0;
+    *kind = -1;
+    return ASCM_ERR_CLOSED;
+}
+
 ASCM_ENTRY int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy,
                                            int mode, uint64_t *addr, int *kind, int *events) {
-    if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed))) {
-        *events = 0;
-        *kind = -1;
-        return ASCM_ERR_CLOSED;
-    }
+    if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed)))
+        return refused(kind, events);
     return device_try(d, size, policy, mode, addr, kind, events);
 }
 
 int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                            int *kind, int *events) {
-    if (ASCM_UNLIKELY(!gate_enter(d))) {
-        *events = 0;
-        *kind = -1;
-        return ASCM_ERR_CLOSED;
-    }
+    if (ASCM_UNLIKELY(!gate_enter(d))) return refused(kind, events);
     int st = device_try(d, size, policy, mode, addr, kind, events);
     gate_leave(d);
     return st;
@@ -366,11 +366,7 @@ int ascm_device_malloc_entered(ascm_device *d, uint64_t size, uint32_t policy, i
 
 int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                        int *kind, int *events) {
-    if (ASCM_UNLIKELY(!gate_enter(d))) {
-        *events = 0;
-        *kind = -1;
-        return ASCM_ERR_CLOSED;
-    }
+    if (ASCM_UNLIKELY(!gate_enter(d))) return refused(kind, events);
     int st = ascm_device_malloc_entered(d, size, policy, mode, addr, kind, events);
     gate_leave(d);
     return st;

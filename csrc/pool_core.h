@@ -232,6 +232,13 @@ static inline void ascm_slab_relabel(ascm_slab *s, uint64_t slot, uint64_t slack
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 }
+/* Caches on: the slot's live flag cleared with one atomic and, which
+ * decides between two racing frees; whether it was set.  *slack: its slack. */
+static inline int ascm_slab_unlive(ascm_slab *s, uint64_t slot, uint32_t *slack) {
+    uint16_t old = __atomic_fetch_and(&s->slack[slot], (uint16_t)~ASCM_SLOT_LIVE, __ATOMIC_ACQ_REL);
+    *slack = old & (ASCM_SLOT_LIVE - 1);
+    return (old & ASCM_SLOT_LIVE) != 0;
+}
 /* A live slot stops being live; 0 if it was not live (then nothing changed).
  * *slack: its slack. */
 static inline int ascm_slab_take_back(const ascm_pool *p, ascm_slab *s, uint64_t slot, uint32_t *slack) {
@@ -239,9 +246,7 @@ static inline int ascm_slab_take_back(const ascm_pool *p, ascm_slab *s, uint64_t
         *slack = ascm_slab_slack(s, slot);
         return (int)((s->bits[slot >> 6] >> (slot & 63)) & 1u);
     }
-    uint16_t old = __atomic_fetch_and(&s->slack[slot], (uint16_t)~ASCM_SLOT_LIVE, __ATOMIC_ACQ_REL);
-    *slack = old & (ASCM_SLOT_LIVE - 1);
-    return (old & ASCM_SLOT_LIVE) != 0;
+    return ascm_slab_unlive(s, slot, slack);
 }
 /* Pool lock held, caches about to come on: live flags := taken bits. */
 void ascm_slab_sync_live(ascm_pool *p);

@@ -369,13 +369,14 @@ int ascm_tcache_free(ascm_pool *p, uint64_t addr) {
     uint64_t soff = __atomic_load_n(&s->off, __ATOMIC_ACQUIRE), rel = off - soff;
     uint64_t slot = (rel * c->div_magic[cls]) >> 48;
     if (slot >= s->count || slot * size != rel) goto miss;
-    uint16_t *word = &s->slack[slot], was = __atomic_fetch_and(word, (uint16_t)~ASCM_SLOT_LIVE, __ATOMIC_ACQ_REL);
-    if (!(was & ASCM_SLOT_LIVE)) goto miss; /* the pool says why */
+    uint32_t slack;
+    if (!ascm_slab_unlive(s, slot, &slack)) goto miss; /* the pool says why */
     if (ascm_slab_of(p, off) != s || __atomic_load_n(&s->off, __ATOMIC_ACQUIRE) != soff) {
-        __atomic_fetch_or(word, (uint16_t)ASCM_SLOT_LIVE, __ATOMIC_RELAXED); /* a bad free that raced a release */
+        /* a bad free that raced a release: the flag goes back */
+        __atomic_fetch_or(&s->slack[slot], (uint16_t)ASCM_SLOT_LIVE, __ATOMIC_RELAXED);
         goto miss;
     }
-    uint64_t requested = size - (was & (ASCM_SLOT_LIVE - 1));
+    uint64_t requested = size - slack;
     if (c->n[cls] == c->cap[cls]) {
         ascm_pool_lock(p);
         give_back(p, c, cls, (c->n[cls] + 1) / 2);
