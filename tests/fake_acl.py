@@ -169,8 +169,12 @@ def make(capacity=None, fail=None, granule=2 << 20):
 
     def allocator_register(stream, desc):
         record("rt.allocator_register", stream, desc)
-        if stream is None or desc not in descs or len(descs[desc]) != 5:
-            return ACL_ERROR_INVALID_PARAM  # every function and the object must be set
+        # the object and the alloc, free and get-address functions must be
+        # set; the alloc-advise one is optional (hicann/runtime
+        # src/acl/aclrt_impl/allocator.cpp lines 122-131)
+        if not stream or desc not in descs or \
+                not {"obj", "alloc", "free", "get_addr_from_block"} <= set(descs[desc]):
+            return ACL_ERROR_INVALID_PARAM
         code = _injected("rt.allocator_register")
         if code:
             return code
@@ -182,15 +186,20 @@ def make(capacity=None, fail=None, granule=2 << 20):
         if stream not in registered:
             return 0, 0, None, None, None, None, ACL_ERROR_INVALID_PARAM
         d = descs[registered[stream]]
-        return (registered[stream], d["obj"], d["alloc"], d["free"], d["alloc_advise"],
+        return (registered[stream], d["obj"], d["alloc"], d["free"], d.get("alloc_advise"),
                 d["get_addr_from_block"], ACL_SUCCESS)
 
     def allocator_unregister(stream):
         record("rt.allocator_unregister", stream)
+        if not stream:
+            return ACL_ERROR_INVALID_PARAM  # allocator.cpp line 181
         code = _injected("rt.allocator_unregister")
         if code:
             return code
-        return ACL_SUCCESS if registered.pop(stream, None) is not None else ACL_ERROR_INVALID_PARAM
+        # a stream never registered, or unregistered twice: nothing happens,
+        # success (allocator.cpp lines 179-186; 11-08_custom_memory_allocator.md line 168)
+        registered.pop(stream, None)
+        return ACL_SUCCESS
 
     def get_mem_info(attr):
         record("rt.get_mem_info", attr)
@@ -288,10 +297,17 @@ def make(capacity=None, fail=None, granule=2 << 20):
                 at += n
         return ACL_SUCCESS
 
+    doomed = set()  # handles freed while mapped: released at their unmap
+
     def free_physical(handle):
         record("rt.free_physical", handle)
-        if handle not in physical or handle in mapped.values():
+        if handle not in physical or handle in doomed:
             return ACL_ERROR_INVALID_PARAM
+        if handle in mapped.values():
+            # accepted; the memory goes at the unmap (hicann/runtime
+            # docs/zh/api_ref/11-04_virtual_memory_management.md line 180)
+            doomed.add(handle)
+            return ACL_SUCCESS
         del physical[handle]
         contents.pop(handle, None)  # its memory is gone
         return ACL_SUCCESS
@@ -310,7 +326,14 @@ def make(capacity=None, fail=None, granule=2 << 20):
 
     def unmap_mem(ptr):
         record("rt.unmap_mem", ptr)
-        return ACL_SUCCESS if mapped.pop(ptr, None) is not None else ACL_ERROR_INVALID_PARAM
+        handle = mapped.pop(ptr, None)
+        if handle is None:
+            return ACL_ERROR_INVALID_PARAM
+        if handle in doomed:  # freed while mapped: released now
+            doomed.discard(handle)
+            del physical[handle]
+            contents.pop(handle, None)
+        return ACL_SUCCESS
 
     mod = types.SimpleNamespace(
         rt=types.SimpleNamespace(
@@ -341,6 +364,6 @@ def make(capacity=None, fail=None, granule=2 << 20):
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
         calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish,
         reserved=reserved, physical=physical, physical_props=physical_props, mapped=mapped,
-        waits=waits, descs=descs,
+        waits=waits, descs=descs, doomed=doomed,
         registered=registered)
     return mod

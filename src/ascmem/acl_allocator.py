@@ -102,10 +102,12 @@ def register(module, stream, device):
     """Registers device's allocator for stream through module (pyACL):
     ret.  A stream registered before gets the new one (the runtime keeps the
     last registration)."""
+    if not _a_stream(stream):
+        return ACL_ERROR_INVALID_PARAM  # the runtime refuses a null stream (allocator.cpp line 122)
+    if not isinstance(device, _core.Device):
+        return ACL_ERROR_INVALID_PARAM  # not an ascmem Device: nothing to serve blocks from
     if module is None or not hasattr(getattr(module, "rt", None), "allocator_register"):
         return ACL_ERROR_RT_FEATURE_NOT_SUPPORT
-    if stream is None:
-        return ACL_ERROR_INVALID_PARAM  # the runtime refuses a null stream
     if not device.profile.external_allocator:
         return ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     rt = module.rt
@@ -145,11 +147,18 @@ def register(module, stream, device):
 
 def unregister(stream):
     """aclrtAllocatorUnregister, then the descriptor is destroyed and the
-    slot let go: ret.  If the runtime refuses, nothing changes."""
+    slot let go: ret.  If the runtime refuses, nothing changes.  A stream
+    never registered here, or unregistered already, is a success that does
+    nothing, as the runtime answers it (hicann/runtime
+    src/acl/aclrt_impl/allocator.cpp lines 179-186,
+    docs/zh/api_ref/11-08_custom_memory_allocator.md line 168); a null one
+    is refused (line 181)."""
+    if not _a_stream(stream):
+        return ACL_ERROR_INVALID_PARAM
     with _lock:
         entry = _registered.get(stream)
     if entry is None:
-        return ACL_ERROR_INVALID_PARAM
+        return ACL_SUCCESS
     module, desc, device = entry
     try:
         ret = module.rt.allocator_unregister(stream)
@@ -162,6 +171,17 @@ def unregister(stream):
     ret = _quietly(module.rt.allocator_destroy_desc, desc)
     release_allocator_object(device)
     return ret
+
+
+def _a_stream(stream):
+    """Not NULL (None or 0, as pyACL passes it) and usable as a key: a
+    stream handle.  Anything else is answered with a code, never a
+    TypeError."""
+    try:
+        hash(stream)
+    except TypeError:
+        return False
+    return stream is not None and not (isinstance(stream, int) and stream == 0)
 
 
 def registered_streams():

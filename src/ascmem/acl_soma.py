@@ -156,10 +156,17 @@ def mem_pool_free_async(ptr, stream):
     def free():
         if not ptr:
             raise InvalidArgumentError("mem_pool_free_async: the pointer may not be null")
-        for p in list(_pools.values()):
+        pools = list(_pools.values())
+        for p in pools:
             if p.free_async(ptr, stream):
                 return
-        _acl().device().free(ptr, stream=stream)
+        dev = _acl().device()
+        if isinstance(ptr, int) and any(p.device is dev and p.inside(ptr) for p in pools):
+            # inside a pool block, not its start: RT_ERROR_INVALID_VALUE
+            # (api_impl_soma.cc line 134), not the aclrtFree path's 207002
+            raise RuntimeParamError(f"mem_pool_free_async: {ptr:#x} is inside a block of a "
+                                    f"stream-ordered pool, not its start")
+        dev.free(ptr, stream=stream)
     return _ret(free)
 
 

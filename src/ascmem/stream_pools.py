@@ -24,7 +24,10 @@ Rules follow hicann/runtime (paths below are in that repository):
       flags are booleans (a non-zero value is 1), all off by default
       (stream_mem_pool.hpp line 108: only single-stream reuse is on); the
       release threshold may not exceed the pool size (line 498); the two
-      _HIGH attributes accept only 0, which resets them (lines 509, 517);
+      _HIGH attributes accept only 0, which sets them to 0, not to the
+      current value (lines 506-521; the API reference,
+      docs/zh/api_ref/25-02_Enumerations.md lines 2116 and 2118, says only
+      that the value must be 0);
       any other attribute is refused (lines 468, 524); trim_to refuses a
       size above the pool's or below its used bytes (lines 425-432).
   [A] src/runtime/feature/soma/soma.cc -- the pool size is rounded up to
@@ -33,7 +36,14 @@ Rules follow hicann/runtime (paths below are in that repository):
       read-only (line 159).
   [M] src/acl/aclrt_impl/memory.cpp lines 2081-2178 -- aclrtMemPoolCreate
       takes only pinned device memory and zeroed reserved bytes; a zero-size
-      aclrtMemPoolMallocAsync succeeds without allocating.
+      aclrtMemPoolMallocAsync succeeds without allocating; a null stream is
+      refused (line 2150).
+  [R] src/runtime/api/impl/api_impl_soma.cc -- every allocation is rounded
+      up to DEVICE_POOL_MIN_BLOCK_SIZE, 2 MB (lines 81-86; soma.cc 242-243;
+      stream_mem_pool.hpp 38), and that rounded size is what the pool counts
+      as used and reserved (stream_mem_pool.cc 172, 193); a pointer inside a
+      pool's range that is not the start of a live block answers
+      RT_ERROR_INVALID_VALUE (line 134), ACL_ERROR_RT_PARAM_INVALID.
 """
 
 import threading
@@ -43,6 +53,8 @@ from ascmem.errors import (CorruptionError, InvalidArgumentError, InvalidFreeErr
 from ascmem.rules import MiB
 
 POOL_ALIGN = 2 * MiB  # DEVICE_POOL_ALIGN_SIZE, stream_mem_pool.hpp line 39
+MIN_BLOCK = 2 * MiB   # DEVICE_POOL_MIN_BLOCK_SIZE, stream_mem_pool.hpp line 38
+_UINT64_MAX = (1 << 64) - 1
 
 # aclrtMemPoolAttr (include/external/acl/acl_rt_memory_soma.h)
 REUSE_FOLLOW_EVENT_DEPENDENCIES = 0x1
@@ -155,18 +167,21 @@ class StreamPool:
     # ---- allocation ---------------------------------------------------------------
 
     def malloc_async(self, size, stream):
-        """A block of at least size bytes for work queued on stream; 0 for
-        size 0 (the runtime returns success and allocates nothing [M])."""
-        if stream is None:
-            raise InvalidArgumentError("mem_pool_malloc_async: the stream may not be null")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise InvalidArgumentError(f"mem_pool_malloc_async: size must be an int >= 0, "
-                                       f"not {size!r}")
+        """A block of size bytes rounded up to 2 MB [R] for work queued on
+        stream; 0 for size 0 (the runtime returns success and allocates
+        nothing [M])."""
+        check_stream(stream, "mem_pool_malloc_async")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= _UINT64_MAX:
+            raise InvalidArgumentError(f"mem_pool_malloc_async: size must be an int in "
+                                       f"0..2**64-1, not {size!r}")
+        if size > _UINT64_MAX - (MIN_BLOCK - 1):  # api_impl_soma.cc lines 83-85
+            raise RuntimeParamError(f"mem_pool_malloc_async({size}): rounding up to 2 MB "
+                                    f"overflows")
         with self.lock:
             self._require_alive("mem_pool_malloc_async")  # also notices a Device reset
             if size == 0:
                 return 0
-            need = self.device.route(size)["rounded"]  # the block a fresh malloc would give
+            need = -(-size // MIN_BLOCK) * MIN_BLOCK  # [R]: what the pool counts
             addr = self._reuse(need, stream)
             if not addr:
                 addr = self._fresh(size, need, stream)
@@ -214,12 +229,14 @@ class StreamPool:
                 raise PoolStateError(f"mem_pool_malloc_async({size}): the pool has "
                                      f"{self.max_size - self.reserved} of its {self.max_size} "
                                      f"bytes left")
+        # exactly need bytes from the Device (aclrtMallocAlign32 adds no
+        # 32-byte pad), so the Device charges what the pool's books count
         try:
-            addr = self.device.malloc(size)
+            addr = self.device.malloc_align32(need)
         except OutOfMemoryError:
             if not self._release(self._complete_blocks(), 0):
                 raise
-            addr = self.device.malloc(size)
+            addr = self.device.malloc_align32(need)
         # the pool hands it out again after a free to the pool: a free behind
         # its back (the pluggable free, free_raw) would make that a double owner
         try:
@@ -227,7 +244,7 @@ class StreamPool:
         except BaseException:
             self.device.free(addr)
             raise
-        nbytes = self.device.usable_size(addr)
+        nbytes = need  # the runtime's books count the 2 MB-rounded size [R]
         self.reserved += nbytes
         self.reserved_high = max(self.reserved_high, self.reserved)
         self.served["fresh"] += 1
@@ -245,9 +262,15 @@ class StreamPool:
         """Back to the pool, not to the Device: reusable by stream at once,
         by other streams as the reuse modes allow.  False if addr is not
         this pool's (nothing changes)."""
+        # an unhashable stream is refused before the books change (the
+        # runtime's own null-stream handling is left to it: aclrtMemPoolFreeAsync
+        # has no null check at the ACL layer, memory.cpp lines 2160-2168)
+        check_stream(stream, "mem_pool_free_async", null_ok=True)
         with self.lock:
             if addr not in self.live:
-                if addr in self.cached and not self._gone():
+                if self._gone():
+                    return False
+                if addr in self.cached:
                     raise RuntimeParamError(f"mem_pool_free_async: {addr:#x} was already freed "
                                             f"to its pool")
                 return False
@@ -276,6 +299,17 @@ class StreamPool:
             self.used -= nbytes
             self.reserved -= nbytes
             return True
+
+    def inside(self, addr):
+        """addr lies within one of the pool's blocks (live or cached) without
+        being its start: the runtime answers RT_ERROR_INVALID_VALUE for its
+        free (api_impl_soma.cc line 134)."""
+        with self.lock:
+            if self._gone():
+                return False
+            blocks = [(a, n) for a, (n, _) in self.live.items()]
+            blocks += [(a, c.nbytes) for a, c in self.cached.items()]
+            return any(a < addr < a + n for a, n in blocks)
 
     # ---- giving memory back ----------------------------------------------------------
 
@@ -347,10 +381,11 @@ class StreamPool:
                 if value != 0:
                     raise PoolStateError(f"mem_pool_set_attr: attribute {attr} can only be "
                                          f"reset, with 0 (not {value})")
+                # 0, not the current value: stream_mem_pool.cc lines 511 and 519
                 if attr == ATTR_RESERVED_MEM_HIGH:
-                    self.reserved_high = self.reserved
+                    self.reserved_high = 0
                 else:
-                    self.used_high = self.used
+                    self.used_high = 0
             else:
                 raise PoolStateError(f"mem_pool_set_attr: unknown attribute {attr!r}")
 
@@ -425,6 +460,19 @@ class StreamPool:
                 except (InvalidArgumentError, InvalidFreeError):
                     raise CorruptionError(f"stream pool: {addr:#x} is not a live Device "
                                           f"block") from None
+
+
+def check_stream(stream, call, null_ok=False):
+    """A stream the runtime takes: not NULL (None, or 0 as pyACL passes
+    it; memory.cpp line 2150 refuses it with ACL_ERROR_INVALID_PARAM) and a
+    handle the books can key on (hashable)."""
+    try:
+        hash(stream)
+    except TypeError:
+        raise InvalidArgumentError(f"{call}: {stream!r} is not a stream") from None
+    if not null_ok and (stream is None or (isinstance(stream, int) and
+                                           not isinstance(stream, bool) and stream == 0)):
+        raise InvalidArgumentError(f"{call}: the stream may not be null")
 
 
 def _attr_int(value):
