@@ -195,3 +195,25 @@ def test_the_stand_in_defers_freeing_a_mapped_handle_to_its_unmap():
     assert fake.rt.unmap_mem(base) == ACL_SUCCESS
     assert h not in fake.physical
     assert fake.rt.release_mem_address(base) == ACL_SUCCESS
+
+
+# ---- issue 46.3: the sim paged backend maps what the acl backend would -------------------
+
+@pytest.mark.parametrize("sizes", [[4096], [100, 4096, 70000], [3 * MiB + 5, 100]])
+def test_sim_paged_maps_normal_memory_in_2_mb_granules_as_acl_does(sizes):
+    sim = ascmem.Device("atlas-a2-training", paged=True)
+    fake = fake_acl.make()
+    real = ascmem.Device("atlas-a2-training", backend="acl", acl_module=fake, paged=True)
+    blocks = {}
+    for d in (sim, real):
+        blocks[d] = [d.malloc(n, ascmem.Policy.NORMAL_ONLY) for n in sizes]
+        d.check()
+    # devmm_svm.c lines 60-61, 6971-6978: device memory of any page type maps
+    # in 2 MB granules
+    assert sim.stats()["normal"]["mapped"] == real.stats()["normal"]["mapped"] \
+        == sum(fake.physical.values())
+    assert sim.stats()["normal"]["mapped"] % (2 * MiB) == 0
+    for d in (sim, real):
+        for p in blocks[d]:
+            d.free(p)
+        d.close()

@@ -519,6 +519,15 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
     cfg.paged = 1
     cfg.release_threshold = threshold
     cfg.map = NULL  # sim: counted, nothing mapped
+    # sim stands for the acl backend: device memory is mapped in granules of
+    # at least 2 MB whatever the page type (hicann/driver
+    # src/ascend_hal/svm/v2/devmm/devmm_svm.c lines 60-61 and 6971-6978: only
+    # host-side normal pages have the OS page as their minimum; lines
+    # 4989-4993: a normal-page request of 2 MB or more gets huge pages;
+    # hicann/runtime docs/zh/api_ref/11-04_virtual_memory_management.md
+    # line 461), so a plan made on sim maps what the acl backend would
+    if dev.backend == "sim":
+        cfg.granule_min = _ACL_GRANULE
     if parts.up.readable:
         cfg.map = ascm_os_map
     elif dev.backend == "acl":  # queued under the pool locks, applied through pyACL
