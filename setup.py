@@ -38,7 +38,8 @@ class build_py_with_header(build_py):
         dest = os.path.join(self.build_lib, "ascmem", "include")
         os.makedirs(dest, exist_ok=True)
         for header in ("ascmem.h", "ascmem_capi.h", "ascmem_acl_allocator.h",
-                       os.path.join("torch_npu", "ascmem_npu_snapshot.cpp")):
+                       os.path.join("torch_npu", "ascmem_npu_snapshot.cpp"),
+                       os.path.join("torch_npu", "ascmem_npu_streams.cpp")):
             shutil.copy(os.path.join(HERE, CSRC, header), dest)
 
 

@@ -8,9 +8,15 @@
  *   alloc  void*(size_t, int, aclrtStream)      free  void(void*, size_t, int, aclrtStream)
  *   init   void(int)                            reset void(bool)
  *   memory_fraction void(double, int)           base_alloc void*(void*, size_t*)
- *   record_stream / erase_stream void(void*, aclrtStream)
- *   reset_peak_status void(int)
- *   get_device_stats  c10_npu::NPUCachingAllocator::DeviceStats(int)
+ *   record_stream / erase_stream void(void*, c10_npu::NPUStream)
+ *   reset_peak_status void(c10::DeviceIndex)
+ *   get_device_stats  c10_npu::NPUCachingAllocator::DeviceStats(c10::DeviceIndex)
+ * (torch_npu/csrc/npu/Module.cpp lines 400, 407, 414, 421 in Ascend/pytorch).
+ * c10::DeviceIndex is int8_t: the caller sets only the low byte of the
+ * argument register, so these take int8_t, not int.  NPUStream has a
+ * user-declared destructor (NPUStream.h line 27), so under the Itanium C++
+ * ABI it is passed by hidden reference: the record/erase hooks that read it
+ * are C++ (torch_npu/ascmem_npu_streams.cpp), built against torch_npu.
  *
  * DeviceStats is a C++ aggregate of int64 counters returned by value; a C
  * struct with the same members in the same order has the same layout and is
@@ -173,15 +179,19 @@ EXPORT void *ascmem_pluggable_base_alloc(void *ptr, size_t *size) {
     return n ? ptr : NULL;
 }
 
-/* Stream-ordered reuse is not modelled yet: a block is reusable as soon as it
- * is freed, so there is nothing to record. */
-EXPORT void ascmem_pluggable_record_stream(void *ptr, void *stream) {
+/* Kept for programs that named them; set_hooks no longer hands them to
+ * torch_npu.  They do nothing: the second argument is the address of a
+ * c10_npu::NPUStream (passed by hidden reference, see the top of this file),
+ * which C cannot turn into a stream.  The stream shim
+ * (torch_npu/ascmem_npu_streams.cpp, ascmem.pluggable.build_stream_shim)
+ * honours record_stream. */
+EXPORT void ascmem_pluggable_record_stream(void *ptr, const void *npu_stream) {
     (void)ptr;
-    (void)stream;
+    (void)npu_stream;
 }
-EXPORT void ascmem_pluggable_erase_stream(void *ptr, void *stream) {
+EXPORT void ascmem_pluggable_erase_stream(void *ptr, const void *npu_stream) {
     (void)ptr;
-    (void)stream;
+    (void)npu_stream;
 }
 
 /* ---- get_device_stats ---------------------------------------------------- */
@@ -259,13 +269,13 @@ static void fill_common(npu_device_stats *out, int device) {
     put(device, d);
 }
 
-EXPORT npu_device_stats ascmem_pluggable_get_device_stats(int device) {
+EXPORT npu_device_stats ascmem_pluggable_get_device_stats(int8_t device) {
     npu_device_stats out;
     fill_common(&out, device);
     return out;
 }
 
-EXPORT npu_device_stats_ext ascmem_pluggable_get_device_stats_ext(int device) {
+EXPORT npu_device_stats_ext ascmem_pluggable_get_device_stats_ext(int8_t device) {
     npu_device_stats common;
     fill_common(&common, device);
     npu_device_stats_ext out;
@@ -316,7 +326,7 @@ EXPORT int ascmem_pluggable_walk(int device, ascmem_segment_fn segment, ascmem_w
     return ASCM_OK;
 }
 
-EXPORT void ascmem_pluggable_reset_peak_status(int device) {
+EXPORT void ascmem_pluggable_reset_peak_status(int8_t device) {
     ascm_device *d = get(device);
     if (!d) return;
     ascm_device_reset_peaks(d);

@@ -5,8 +5,16 @@ allocator interfaces, which load C functions by name from a shared library.
     dev = ascmem.Device("atlas-a2-training")
     pl.configure(dev)                     # device index 0 -> dev
     alloc = torch_npu.npu.NPUPluggableAllocator(pl.library_path(), pl.ALLOC, pl.FREE)
-    pl.set_hooks(alloc.allocator())       # init, reset, memory fraction, streams, peaks
+    pl.set_hooks(alloc.allocator())       # init, reset, memory fraction, peaks
     torch_npu.npu.memory.change_current_allocator(alloc)
+
+torch_npu's record_stream hook receives a c10_npu::NPUStream, which only C++
+built against torch_npu can read; to honour record_stream, build the stream
+shim and take alloc and free from it:
+
+    shim = pl.build_stream_shim("libascmem_npu_streams.so")
+    alloc = torch_npu.npu.NPUPluggableAllocator(shim, pl.STREAM_ALLOC, pl.STREAM_FREE)
+    pl.set_hooks(alloc.allocator(), stream_shim=shim)
 
 torch_npu is not available where ascmem is built and tested: the functions
 are exercised through ctypes (tests/test_embedding.py), not through torch_npu.
@@ -28,8 +36,6 @@ HOOKS = {
     "set_reset_fn": "ascmem_pluggable_reset",
     "set_memory_fraction_fn": "ascmem_pluggable_memory_fraction",
     "set_base_alloc_fn": "ascmem_pluggable_base_alloc",
-    "set_record_stream_fn": "ascmem_pluggable_record_stream",
-    "set_erase_stream_fn": "ascmem_pluggable_erase_stream",
     "set_reset_peak_status_fn": "ascmem_pluggable_reset_peak_status",
     "set_get_device_stats_fn": "ascmem_pluggable_get_device_stats",
 }
@@ -46,6 +52,16 @@ STATS_LAYOUTS = {"952": "ascmem_pluggable_get_device_stats",
 # (snapshot_shim_source()) is compiled against it (build_snapshot_shim()) and
 # handed over with set_hooks(..., snapshot_shim=path).
 WALK = "ascmem_pluggable_walk"
+# The record/erase-stream hooks take a c10_npu::NPUStream by value
+# (Ascend/pytorch torch_npu/csrc/npu/Module.cpp lines 400, 407), which the
+# Itanium C++ ABI passes by hidden reference (the class declares its own
+# destructor, NPUStream.h line 27): only C++ built against torch_npu reads it.
+# The stream shim (stream_shim_source()) does, and serves alloc and free so
+# that a block freed while a recorded stream may still read it waits.
+STREAM_ALLOC = "ascmem_npu_alloc"
+STREAM_FREE = "ascmem_npu_free"
+STREAM_HOOKS = {"set_record_stream_fn": "ascmem_npu_record_stream",
+                "set_erase_stream_fn": "ascmem_npu_erase_stream"}
 
 _configured = {}
 
@@ -79,7 +95,8 @@ def functions():
         "ascmem_pluggable_base_alloc": (vp, [vp, ctypes.POINTER(ctypes.c_size_t)]),
         "ascmem_pluggable_record_stream": (None, [vp, vp]),
         "ascmem_pluggable_erase_stream": (None, [vp, vp]),
-        "ascmem_pluggable_reset_peak_status": (None, [i]),
+        # c10::DeviceIndex, int8_t (Module.cpp line 421)
+        "ascmem_pluggable_reset_peak_status": (None, [ctypes.c_int8]),
     }
     return bind(lib, protos)
 
@@ -102,14 +119,18 @@ def bind(lib, protos):
 # numbers, so a release not listed here works the same way.
 
 
-def set_hooks(allocator, stats_layout="952", snapshot_shim=None):
+def set_hooks(allocator, stats_layout="952", snapshot_shim=None, stream_shim=None):
     """Hands every exported hook that a torch_npu NPUPluggableAllocator's
     allocator() object has a setter for (its set_*_fn methods take function
     addresses).  stats_layout: the size of DeviceStats in that torch_npu
     build (see STATS_LAYOUTS); snapshot_shim: a library built by
-    build_snapshot_shim(), for the snapshot hook.  Setters the object lacks
-    (older or newer torch_npu) are skipped, never an AttributeError: the
-    names skipped are returned and said in one RuntimeWarning."""
+    build_snapshot_shim(), for the snapshot hook; stream_shim: one built by
+    build_stream_shim(), for the record/erase-stream hooks (without it they
+    are not set, and torch_npu's record_stream has no effect: allocate from
+    the shim's STREAM_ALLOC and STREAM_FREE to honour it).  Setters the
+    object lacks (older or newer torch_npu) are skipped, never an
+    AttributeError: the names skipped are returned and said in one
+    RuntimeWarning."""
     if stats_layout not in STATS_LAYOUTS:
         raise ValueError(f"stats_layout must be one of {sorted(STATS_LAYOUTS)}")
     lib = ctypes.CDLL(library_path())
@@ -121,6 +142,14 @@ def set_hooks(allocator, stats_layout="952", snapshot_shim=None):
             skipped.append(setter)
             continue
         set_fn(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    if stream_shim is not None:
+        addresses = load_stream_shim(stream_shim)
+        for setter in STREAM_HOOKS:
+            set_fn = getattr(allocator, setter, None)
+            if set_fn is None:
+                skipped.append(setter)
+            else:
+                set_fn(addresses[setter])
     if snapshot_shim is not None:
         if hasattr(allocator, "set_snapshot_fn"):
             allocator.set_snapshot_fn(load_snapshot_shim(snapshot_shim))
@@ -132,14 +161,22 @@ def set_hooks(allocator, stats_layout="952", snapshot_shim=None):
     return skipped
 
 
-def snapshot_shim_source():
-    """Path of the C++ source of the snapshot hook (ascmem_npu_snapshot.cpp)."""
+def _shim_source(name):
     inc = ascmem.get_include()
-    for path in (os.path.join(inc, "ascmem_npu_snapshot.cpp"),
-                 os.path.join(inc, "torch_npu", "ascmem_npu_snapshot.cpp")):
+    for path in (os.path.join(inc, name), os.path.join(inc, "torch_npu", name)):
         if os.path.exists(path):
             return path
-    raise FileNotFoundError("ascmem_npu_snapshot.cpp is not installed with ascmem")
+    raise FileNotFoundError(f"{name} is not installed with ascmem")
+
+
+def snapshot_shim_source():
+    """Path of the C++ source of the snapshot hook (ascmem_npu_snapshot.cpp)."""
+    return _shim_source("ascmem_npu_snapshot.cpp")
+
+
+def stream_shim_source():
+    """Path of the C++ source of the stream hooks (ascmem_npu_streams.cpp)."""
+    return _shim_source("ascmem_npu_streams.cpp")
 
 
 def build_snapshot_shim(output, include_dirs=None, header=None, cxx=None):
@@ -148,6 +185,19 @@ def build_snapshot_shim(output, include_dirs=None, header=None, cxx=None):
     taken from torch.utils.cpp_extension and the installed torch_npu);
     header: another header declaring c10_npu::NPUCachingAllocator's
     SnapshotInfo, SegmentInfo and BlockInfo (tests use a stand-in)."""
+    return _build_shim(snapshot_shim_source(), "ASCMEM_NPU_HEADER", output, include_dirs,
+                       header, cxx)
+
+
+def build_stream_shim(output, include_dirs=None, header=None, cxx=None):
+    """Compiles the stream hooks, with the alloc and free that honour them,
+    into a shared library at output; the arguments as build_snapshot_shim's
+    (header: another header declaring c10_npu::NPUStream)."""
+    return _build_shim(stream_shim_source(), "ASCMEM_NPU_STREAM_HEADER", output, include_dirs,
+                       header, cxx)
+
+
+def _build_shim(source, header_macro, output, include_dirs, header, cxx):
     cxx = cxx or shutil.which("c++") or shutil.which("g++")
     if not cxx:
         raise RuntimeError("no C++ compiler found")
@@ -157,9 +207,9 @@ def build_snapshot_shim(output, include_dirs=None, header=None, cxx=None):
         include_dirs = list(cpp_extension.include_paths()) + [
             os.path.join(os.path.dirname(torch_npu.__file__), "include")]
     cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", os.fspath(output),
-           snapshot_shim_source()] + [f"-I{d}" for d in include_dirs]
+           source] + [f"-I{d}" for d in include_dirs]
     if header:
-        cmd.append(f'-DASCMEM_NPU_HEADER="{header}"')
+        cmd.append(f'-D{header_macro}="{header}"')
     subprocess.run(cmd, check=True)
     return os.fspath(output)
 
@@ -174,6 +224,20 @@ def load_snapshot_shim(path):
     shim.ascmem_npu_snapshot_bind(walk)
     _shims.append(shim)  # keeps it loaded
     return shim.ascmem_npu_snapshot_fn()
+
+
+def load_stream_shim(path):
+    """Loads a built stream shim, points its alloc and free at ascmem's, and
+    returns the addresses of its functions: {setter name: address} for
+    STREAM_HOOKS, and STREAM_ALLOC / STREAM_FREE."""
+    shim = ctypes.CDLL(os.fspath(path))
+    shim.ascmem_npu_streams_bind.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+    ours = ctypes.CDLL(library_path())
+    shim.ascmem_npu_streams_bind(*(ctypes.cast(getattr(ours, n), ctypes.c_void_p).value
+                                   for n in (ALLOC, FREE)))
+    _shims.append(shim)
+    names = dict(STREAM_HOOKS, alloc=STREAM_ALLOC, free=STREAM_FREE)
+    return {k: ctypes.cast(getattr(shim, n), ctypes.c_void_p).value for k, n in names.items()}
 
 
 _shims = []
