@@ -345,6 +345,7 @@ def cmd_bench(args):
 
 
 def build_parser():
+    from ascmem import trace as tr  # its ALLOCATORS name the peers replay and fit take
     p = argparse.ArgumentParser(
         prog="ascmem", description="Plan and compare Ascend device memory with the ascmem "
         "allocator, no hardware needed.")
@@ -379,7 +380,7 @@ def build_parser():
                    "else atlas-inference)")
     s.add_argument("--mode", default=None, help="EP or RC")
     s.add_argument("--allocator", default="device",
-                   choices=["device", "pool", "buddy", "tlsf", "bestfit", "torch-caching"],
+                   choices=["device"] + list(tr.ALLOCATORS),
                    help="what to replay through (default: %(default)s)")
     s.add_argument("--capacity", type=_positive_int, help="bytes (units allowed: 300MiB), for --allocator pool/buddy/tlsf "
                    "(default: 4 x peak live)")
@@ -409,7 +410,7 @@ def build_parser():
     s = sub.add_parser("fit", help="minimum capacity and efficiency per allocator")
     trace_args(s)
     s.add_argument("--allocator", action="append",
-                   choices=["pool", "buddy", "tlsf", "bestfit", "torch-caching"],
+                   choices=list(tr.ALLOCATORS),
                    help="repeat to compare several (default: all available)")
     s.add_argument("--resolution", type=_positive_int, default=64 * 1024,
                    help="bisection step in bytes (default: %(default)s)")

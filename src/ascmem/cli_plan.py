@@ -7,7 +7,7 @@ import argparse
 
 def add_parser(sub, trace_args, positive_int):
     s = sub.add_parser("plan", help="will a workload fit on each product, with what headroom, "
-                       "per allocator (ascmem, torch-caching, cann-raw)")
+                       "per allocator (ascmem, torch_npu caching and expandable segments, cann-raw)")
     trace_args(s)
     size = _size(positive_int)
     s.add_argument("--weights", type=size, default=0, help="model weights per instance (300MiB...)")

@@ -6,6 +6,9 @@ The workload (a trace) is measured once per allocator:
     (huge and normal together, at the same moment);
   - torch-caching: torch_npu's caching allocator, emulated
     (ascmem.torch_caching); its peak of reserved segments;
+  - torch-expandable, torch-expandable-eager: the same with expandable
+    segments (ascmem.torch_expandable), pages unmapped only before
+    out-of-memory, or as soon as they are free; their peak of mapped pages;
   - cann-raw: every request a runtime call in whole pages (ascmem.raw_cann).
 Then, for every product and mode, the card must hold, per instance (a
 process sharing the card), that peak plus the weights and the media memory
@@ -21,13 +24,13 @@ by the replay.
 """
 
 import dataclasses
-import os
 
 from ascmem import profiles
 from ascmem.errors import InvalidArgumentError
 
 PAGE = 2 << 20
-ALLOCATORS = ("ascmem", "torch-caching", "cann-raw")
+ALLOCATORS = ("ascmem", "torch-caching", "torch-expandable", "torch-expandable-eager",
+              "cann-raw")
 REFERENCE = "atlas-a2-training"
 REFERENCE_MEMORY = 120 << 30  # room for any workload a card could take: the fit is decided below
 
@@ -78,7 +81,6 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     import ascmem
     from ascmem import raw_cann
     from ascmem import trace as tr
-    from ascmem.torch_caching import TorchCachingAllocator
     media = _media_only(tr._a_trace(trace))  # its peak, in whole pages: the media window's share
     media_peak = _pages(media.peak_live()) if len(media) else 0
     out = []
@@ -89,9 +91,8 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
             curve = rep["curve_used"]
             out.append(Footprint(name, max(curve, default=0), media_peak, curve if curves else [],
                                  complete=not rep["failures"]))
-        elif name == "torch-caching":
-            conf = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
-            alloc = TorchCachingAllocator.from_conf(REFERENCE_MEMORY, conf)
+        elif name.startswith("torch-"):
+            alloc = tr.make_allocator(name, REFERENCE_MEMORY)  # torch-caching reads the conf
             rep = tr.replay(trace, alloc, curve=curves)
             out.append(Footprint(name, alloc.peak_reserved, media_peak,
                                  rep.get("curve_used", []), complete=not rep["failures"]))

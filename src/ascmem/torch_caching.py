@@ -4,7 +4,8 @@ would reserve through it.
 
 It follows Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp
 (commit 9e73e708a; "[C] line" below) and NPUAllocatorConfig.h ("[H]"):
-  - sizes: 32 bytes of padding added, then at least 512 and a multiple of
+  - sizes: 32 bytes of padding added (none on the Ascend 950 with CANN
+    9.1.0 or later: pad=0), then at least 512 and a multiple of
     512 ([C] 2202-2214, AddPadSize 161-174, kMinBlockSize 97), or the
     roundup_power2_divisions rounding ([C] 2183-2199);
   - two pools: requests up to 1 MiB from the small pool ([C] get_pool
@@ -22,18 +23,16 @@ It follows Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp
   - a freed block merges with free neighbours of its segment ([C]
     free_block / try_merge_blocks 2581-2683);
   - out of memory: garbage collection when garbage_collection_threshold is
-    set, then release oversize cached blocks (release_available_cached_blocks
-    [C] 3061-3110), then release every cached segment and retry ([C]
-    1233-1290) before failing.
-  - expandable_segments: one segment per pool whose pages are mapped as
-    needed, 2 MiB pages for the small pool and 20 MiB for the large one ([C]
-    the ExpandableSegment note, 296-350, and 2461); a request that no free
-    block fits maps pages at the segment's end, joining a free block there
-    ("normally this will be at the end"); blocks split whenever 512 bytes
-    remain ([C] should_split); out of memory unmaps the free pages at the
-    end of each pool.  The real allocator can also unmap free pages inside a segment
-    on out-of-memory; this emulation does not, so under memory pressure it
-    may fail where torch_npu would not.
+    set -- of the large pool's whole cached segments only
+    (garbage_collect_cached_blocks [C] 2859-2925) --, then release oversize
+    cached blocks (release_available_cached_blocks [C] 3061-3110), then
+    release every cached segment and retry ([C] 1233-1290) before failing.
+  - PYTORCH_NPU_ALLOC_CONF: max_split_size_mb at least 20 (PyTorch's
+    c10/core/AllocatorConfig.cpp, which torch_npu's NPUAllocatorConfig.cpp
+    hands the key to: kLargeBuffer / 1 MiB); expandable_segments with
+    max_split_size_mb or garbage_collection_threshold is refused
+    (NPUAllocatorConfig.cpp 306-312).
+  - expandable_segments: ascmem.torch_expandable (from_conf picks it).
 One stream, no events: a trace has neither.
 """
 
@@ -63,8 +62,8 @@ def parse_conf(conf):
         try:
             if key == "max_split_size_mb":
                 opts["max_split_size"] = int(value) * MiB
-                if opts["max_split_size"] <= ROUND_LARGE:
-                    raise ValueError("max_split_size_mb must be above 2")
+                if opts["max_split_size"] < LARGE_BUFFER:
+                    raise ValueError("max_split_size_mb must be at least 20")
             elif key == "roundup_power2_divisions":
                 divisions = int(value)
                 if divisions & (divisions - 1) or divisions < 0:
@@ -83,6 +82,12 @@ def parse_conf(conf):
                 raise ValueError("not an option this emulation knows")
         except ValueError as exc:
             raise InvalidArgumentError(f"PYTORCH_NPU_ALLOC_CONF {item!r}: {exc}") from None
+    if opts.get("expandable_segments") and ("max_split_size" in opts or
+                                            "garbage_collection_threshold" in opts):
+        # NPUAllocatorConfig.cpp lines 306-312
+        raise InvalidArgumentError("PYTORCH_NPU_ALLOC_CONF: max_split_size_mb or "
+                                   "garbage_collection_threshold cannot be enabled with "
+                                   "expandable_segments")
     return opts
 
 
@@ -103,7 +108,7 @@ class TorchCachingAllocator:
 
     def __init__(self, capacity, max_split_size=_UNLIMITED, roundup_power2_divisions=0,
                  garbage_collection_threshold=0.0, max_non_split_rounding_size=20 * MiB,
-                 expandable_segments=False):
+                 pad=PAD):
         self.capacity = capacity
         self.max_split_size = max_split_size
         self.divisions = roundup_power2_divisions
@@ -116,22 +121,22 @@ class TorchCachingAllocator:
         self.segments = 0
         self.retries = 0
         self._clock = 0
-        self.expandable = expandable_segments
-        self._tail = {}                      # expandable: small pool? -> [base, mapped, last block]
+        self.pad = pad
 
     @classmethod
     def from_conf(cls, capacity, conf):
-        return cls(capacity, **parse_conf(conf))
+        """The allocator PYTORCH_NPU_ALLOC_CONF (conf) gives: this one, or
+        with expandable_segments:True, TorchExpandableSegments."""
+        opts = parse_conf(conf)
+        if opts.pop("expandable_segments", False):
+            from ascmem.torch_expandable import TorchExpandableSegments
+            return TorchExpandableSegments(capacity, **opts)
+        return cls(capacity, **opts)
 
     # ---- sizes -----------------------------------------------------------------------
 
     def round_size(self, size):
-        size += PAD
-        if size < MIN_BLOCK:
-            return MIN_BLOCK
-        if self.divisions > 1 and size > MIN_BLOCK * self.divisions:
-            return _next_division(size, self.divisions)
-        return (size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
+        return round_request(size, self.pad, self.divisions)
 
     @staticmethod
     def allocation_size(size):
@@ -150,16 +155,6 @@ class TorchCachingAllocator:
         size = self.round_size(size)
         small = size <= SMALL_SIZE
         block = self._find(size, small)
-        if block is None and self.expandable:
-            block = self._grow(size, small)
-            if block is None:
-                self.retries += 1
-                for pool in (True, False):  # release_cached_blocks: every pool
-                    self._unmap_free_end(pool)
-                block = self._grow(size, small)
-            if block is None:
-                raise OutOfMemoryError(f"torch caching allocator: no room to map {size} more bytes "
-                                       f"({self.reserved} of {self.capacity} reserved)")
         if block is None:
             seg = self.allocation_size(size)
             if self.gc_threshold:
@@ -183,8 +178,6 @@ class TorchCachingAllocator:
             block.size = size
             self._blocks[rest.addr] = rest
             self._add_free(rest)
-            if self.expandable and self._tail.get(small, [0, 0, None])[2] is block:
-                self._tail[small][2] = rest
         block.allocated = True
         block.stamp = self._clock
         self.allocated += block.size
@@ -205,7 +198,7 @@ class TorchCachingAllocator:
 
     def _should_split(self, block, size):
         rest = block.size - size
-        if block.small or self.expandable:
+        if block.small:
             return rest >= MIN_BLOCK
         return size < self.max_split_size and rest > SMALL_SIZE
 
@@ -240,9 +233,6 @@ class TorchCachingAllocator:
                     block.next = other.next
                     if other.next:
                         other.next.prev = block
-                    tail = self._tail.get(block.small)
-                    if tail and tail[2] is other:
-                        tail[2] = block
                 block.size += other.size
         self._blocks.pop(addr, None)
         self._blocks[block.addr] = block
@@ -257,63 +247,6 @@ class TorchCachingAllocator:
     def _remove_free(self, block):
         free = self._free[block.small]
         del free[bisect.bisect_left(free, (block.size, block.addr))]
-
-    # ---- expandable segments ---------------------------------------------------------------
-
-    def _grow(self, size, small):
-        """Maps pages at the end of the pool's segment until a block there
-        (a free one at the end, grown) holds size; None if that is past the
-        capacity."""
-        page = SMALL_BUFFER if small else LARGE_BUFFER
-        tail = self._tail.setdefault(small, [next(self._next_segment) << 44, 0, None])
-        base, mapped, last = tail
-        free_end = last.size if last is not None and not last.allocated else 0
-        more = (size - free_end + page - 1) // page * page
-        if self.reserved + more > self.capacity:
-            return None
-        self.reserved += more
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
-        tail[1] = mapped + more
-        if free_end:
-            self._remove_free(last)
-            last.size += more
-            return last
-        block = _Block(base + mapped, more, small)
-        block.prev = last
-        if last is not None:
-            last.next = block
-        self._blocks[block.addr] = block
-        tail[2] = block
-        if last is None:
-            self.segments += 1
-        return block
-
-    def _unmap_free_end(self, small):
-        """Out of memory: the whole pages of a free block at the segment's
-        end go back."""
-        tail = self._tail.get(small)
-        if not tail or tail[2] is None or tail[2].allocated:
-            return
-        page = SMALL_BUFFER if small else LARGE_BUFFER
-        base, mapped, last = tail
-        end = base + mapped
-        keep = (last.addr - base + page - 1) // page * page + base  # the first whole page in it
-        drop = end - max(keep, last.addr)
-        if drop <= 0:
-            return
-        self._remove_free(last)
-        last.size -= drop
-        tail[1] -= drop
-        self.reserved -= drop
-        if last.size:
-            self._add_free(last)
-        else:
-            del self._blocks[last.addr]
-            tail[2] = last.prev
-            if last.prev is not None:
-                last.prev.next = None
-            else:
-                self.segments -= 1
 
     # ---- giving segments back ------------------------------------------------------------
 
@@ -353,7 +286,7 @@ class TorchCachingAllocator:
         limit = self.gc_threshold * self.capacity
         if self.reserved <= limit:
             return
-        idle = self._whole_free_segments()
+        idle = [b for b in self._whole_free_segments() if not b.small]  # large pool only
         if not idle:
             return
         average = sum(self._clock - b.stamp for b in idle) / len(idle)
@@ -365,6 +298,18 @@ class TorchCachingAllocator:
     def stats(self):
         return {"reserved": self.reserved, "peak_reserved": self.peak_reserved,
                 "allocated": self.allocated, "segments": self.segments, "retries": self.retries}
+
+
+def round_request(size, pad=PAD, divisions=0):
+    """A request's size as the caching allocator rounds it ([C] round_size
+    2202-2214): pad added, then at least 512 and a multiple of 512, or the
+    roundup_power2_divisions step."""
+    size += pad
+    if size < MIN_BLOCK:
+        return MIN_BLOCK
+    if divisions > 1 and size > MIN_BLOCK * divisions:
+        return _next_division(size, divisions)
+    return (size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
 
 
 def _next_division(size, divisions):

@@ -284,7 +284,8 @@ def tlsf_available():
     return True
 
 
-ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit", "torch-caching")
+ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit", "torch-caching", "torch-expandable",
+              "torch-expandable-eager")
 
 
 def _a_trace(trace):
@@ -307,7 +308,9 @@ def _bytes(value, what, power_of_two=False):
 def make_allocator(name, capacity):
     """An allocator of capacity bytes by name: pool, buddy, tlsf, bestfit,
     torch-caching (torch_npu's caching allocator, emulated, with the options
-    of PYTORCH_NPU_ALLOC_CONF in the environment)."""
+    of PYTORCH_NPU_ALLOC_CONF in the environment), torch-expandable and
+    torch-expandable-eager (its expandable segments, pages unmapped only
+    before out-of-memory, or as soon as they are free)."""
     import ascmem
     base = 1 << 32  # any aligned base works; 0 is avoided so that 0 is never a block
     if name == "pool":
@@ -317,6 +320,9 @@ def make_allocator(name, capacity):
     if name == "torch-caching":
         from ascmem.torch_caching import TorchCachingAllocator
         return TorchCachingAllocator.from_conf(capacity, os.environ.get("PYTORCH_NPU_ALLOC_CONF"))
+    if name in ("torch-expandable", "torch-expandable-eager"):
+        from ascmem.torch_expandable import TorchExpandableSegments
+        return TorchExpandableSegments(capacity, eager=name.endswith("eager"))
     if name == "bestfit":
         from ascmem.reference import BestFit
         return BestFit(capacity)
