@@ -218,7 +218,11 @@ def register_allocator(stream, device=None, module=None):
     None) through the external allocator (aclrtAllocatorRegister).  module:
     the pyACL module to register with (the installed one, else ``import
     acl``).  Returns an aclError code; ACL_ERROR_RT_FEATURE_NOT_SUPPORT
-    without pyACL or on a product without the call."""
+    without pyACL or on a product without the call; ACL_ERROR_INVALID_PARAM
+    for a null or unhashable stream or a device that is not an ascmem
+    Device.  The shipped pyACL's trampolines return NULL to the runtime
+    whatever the Python callback returns (docs/EMBEDDING.md, section 4):
+    to serve the runtime's allocations, register the C functions from C."""
     try:
         dev = ascmem_device() if device is None else device
     except Exception as exc:

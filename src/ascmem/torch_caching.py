@@ -216,11 +216,7 @@ class TorchCachingAllocator:
     # ---- free --------------------------------------------------------------------------
 
     def free(self, addr):
-        block = self._blocks.get(addr)
-        if block is None or not block.allocated:
-            raise InvalidArgumentError(f"{addr:#x} is not a live block")
-        block.allocated = False
-        self.allocated -= block.size
+        block = take_back(self, addr)
         for other in (block.prev, block.next):
             if other is not None and not other.allocated:
                 self._remove_free(other)
@@ -298,6 +294,18 @@ class TorchCachingAllocator:
     def stats(self):
         return {"reserved": self.reserved, "peak_reserved": self.peak_reserved,
                 "allocated": self.allocated, "segments": self.segments, "retries": self.retries}
+
+
+def take_back(alloc, addr):
+    """The live block at addr of an emulated allocator (its _blocks by
+    address, its allocated bytes), marked free; InvalidArgumentError if
+    there is none."""
+    block = alloc._blocks.get(addr)
+    if block is None or not block.allocated:
+        raise InvalidArgumentError(f"{addr:#x} is not a live block")
+    block.allocated = False
+    alloc.allocated -= block.size
+    return block
 
 
 def round_request(size, pad=PAD, divisions=0):

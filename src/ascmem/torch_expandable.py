@@ -35,7 +35,7 @@ import bisect
 
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
 from ascmem.torch_caching import (LARGE_BUFFER, MIN_BLOCK, PAD, SMALL_BUFFER, SMALL_SIZE,
-                                  round_request)
+                                  round_request, take_back)
 
 ROUND_LARGE = 2 * 1024 * 1024       # kRoundLarge: requests from here are aligned
 ALIGN_LARGE = 16 * 1024             # kAlignRoundLarge, base_addr_aligned_kb's default
@@ -202,12 +202,7 @@ class TorchExpandableSegments:
     # ---- free --------------------------------------------------------------------------
 
     def free(self, addr):
-        block = self._blocks.get(addr)
-        if block is None or not block.allocated:
-            raise InvalidArgumentError(f"{addr:#x} is not a live block")
-        block.allocated = False
-        self.allocated -= block.size
-        block = self._merge(block)
+        block = self._merge(take_back(self, addr))
         if self.eager:
             self._unmap(block)
 
