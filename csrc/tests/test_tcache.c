@@ -685,9 +685,9 @@ static void test_device_thread_caches(void) {
  * large at 96, 100 and 104, each current, peak, allocated, freed). */
 void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream);
 void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *stream);
-void ascmem_pluggable_reset_peak_status(int device);
+void ascmem_pluggable_reset_peak_status(int8_t device); /* c10::DeviceIndex */
 typedef struct { int64_t v[119]; } npu_stats;
-npu_stats ascmem_pluggable_get_device_stats(int device);
+npu_stats ascmem_pluggable_get_device_stats(int8_t device);
 #define REQ_INDEX 9
 enum { REQ_ALL = 96, REQ_SMALL = 100, REQ_LARGE = 104 };
 

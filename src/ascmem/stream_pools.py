@@ -38,6 +38,13 @@ Rules follow hicann/runtime (paths below are in that repository):
       takes only pinned device memory and zeroed reserved bytes; a zero-size
       aclrtMemPoolMallocAsync succeeds without allocating; a null stream is
       refused (line 2150).
+  [D] docs/zh/api_ref/25-02_Enumerations.md lines 2111-2114 -- the three
+      reuse modes and the release threshold (free memory above it goes back
+      at the next stream synchronization).  At this commit the runtime's
+      code does not do either: TryToReuse is a stub that returns nothing
+      (stream_mem_pool.cc lines 140-148) and waterMark is stored and read
+      but never acted on (lines 452, 501).  Code and documentation
+      disagree; the pools follow the documentation.
   [R] src/runtime/api/impl/api_impl_soma.cc -- every allocation is rounded
       up to DEVICE_POOL_MIN_BLOCK_SIZE, 2 MB (lines 81-86; soma.cc 242-243;
       stream_mem_pool.hpp 38), and that rounded size is what the pool counts
@@ -189,7 +196,7 @@ class StreamPool:
 
     def _reuse(self, need, stream):
         """A cached block of at least need bytes this request may have by
-        the pool's rules, or 0.  Preference: the same stream, then an
+        the pool's rules [D], or 0.  Preference: the same stream, then an
         event-ordered one, then one known complete, then one the pool must
         wait for."""
         best = None
@@ -315,7 +322,7 @@ class StreamPool:
 
     def synchronized(self, stream):
         """stream was synchronized: free memory above the release threshold
-        goes back to the Device."""
+        goes back to the Device [D]."""
         with self.lock:
             if self._gone():
                 return 0
