@@ -20,8 +20,8 @@
 // A stream's query covers all its queued work, not only the work before the
 // free: conservative, never early.
 //
-//   c++ -O2 -std=c++17 -shared -fPIC ascmem_npu_streams.cpp -o libascmem_npu_streams.so \
-//       -I<torch include dirs> -I<torch_npu include dir>
+//   c++ -O2 -std=c++17 -shared -fPIC ascmem_npu_streams.cpp -o libascmem_npu_streams.so
+//       -I<torch include dirs> -I<torch_npu include dir>    (one command)
 #ifndef ASCMEM_NPU_STREAM_HEADER
 #define ASCMEM_NPU_STREAM_HEADER "torch_npu/csrc/core/npu/NPUStream.h"
 #endif
@@ -54,7 +54,10 @@ struct Waiting {  // a freed block that other streams may still read
 };
 
 std::mutex mu;  // guards the two tables; never held while calling out
-std::unordered_map<void *, std::vector<Stream>> recorded;  // live block -> other streams
+// live block -> the streams recorded on it, each with its aclrtStream, read
+// at the record (not in free, which torch_npu may call where a stream's
+// task queue must not be flushed)
+std::unordered_map<void *, std::vector<std::pair<Stream, aclrtStream>>> recorded;
 std::vector<Waiting> waiting;
 
 bool all_done(const std::vector<Stream> &users) {
@@ -116,14 +119,12 @@ __attribute__((visibility("default"))) void ascmem_npu_free(void *ptr, ssize_t s
         std::lock_guard<std::mutex> g(mu);
         auto it = recorded.find(ptr);
         if (it != recorded.end()) {
-            users = std::move(it->second);
+            // the allocating stream orders its own work: only the others are waited for
+            for (const auto &r : it->second)
+                if (r.second != stream) users.push_back(r.first);
             recorded.erase(it);
         }
     }
-    // the allocating stream orders its own work: only the others are waited for
-    users.erase(std::remove_if(users.begin(), users.end(),
-                               [&](const Stream &s) { return s.stream() == stream; }),
-                users.end());
     if (users.empty() || all_done(users)) {
         ascmem_free(ptr, size, device, stream);
     } else {
@@ -135,9 +136,12 @@ __attribute__((visibility("default"))) void ascmem_npu_free(void *ptr, ssize_t s
 
 // set_record_stream_fn / set_erase_stream_fn: void(void *, c10_npu::NPUStream).
 __attribute__((visibility("default"))) void ascmem_npu_record_stream(void *ptr, Stream stream) {
+    aclrtStream handle = stream.stream();
     std::lock_guard<std::mutex> g(mu);
     auto &users = recorded[ptr];
-    if (std::find(users.begin(), users.end(), stream) == users.end()) users.push_back(stream);
+    for (const auto &r : users)
+        if (r.first == stream) return;
+    users.emplace_back(stream, handle);
 }
 
 __attribute__((visibility("default"))) void ascmem_npu_erase_stream(void *ptr, Stream stream) {
@@ -145,7 +149,9 @@ __attribute__((visibility("default"))) void ascmem_npu_erase_stream(void *ptr, S
     auto it = recorded.find(ptr);
     if (it == recorded.end()) return;
     auto &users = it->second;
-    users.erase(std::remove(users.begin(), users.end(), stream), users.end());
+    users.erase(std::remove_if(users.begin(), users.end(),
+                               [&](const std::pair<Stream, aclrtStream> &r) { return r.first == stream; }),
+                users.end());
     if (users.empty()) recorded.erase(it);
 }
 
