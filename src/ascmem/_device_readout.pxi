@@ -160,6 +160,24 @@ cdef class _DeviceReadout:
         blocks.sort(key=lambda b: b["address"])
         return blocks
 
+    def segments(self):
+        """Memory the device holds now: dicts of address, size and kind, one
+        per run of whole pages under live blocks or slabs (and kept granules
+        of a paged kind), in address order.  Their sizes add up to each kind's
+        pages in use (mapped bytes, paged): memory_stats' reserved_bytes, and
+        the segments of a PyTorch snapshot (ascmem.snapshot)."""
+        runs = []
+        cdef ascm_pool *p
+        for k in range(ASCM_KINDS):
+            kind = MemKind(k)
+            for i in range(ascm_device_chunk_count(self._d, k)):
+                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                if p is not NULL:
+                    runs.extend({"address": a, "size": n, "kind": kind}
+                                for a, n, _ in _pool_held(p))
+        runs.sort(key=lambda r: r["address"])
+        return runs
+
     def check(self):
         """Walks every pool's invariants, the chunk accounting and the page
         budget; raises CorruptionError naming a broken one."""

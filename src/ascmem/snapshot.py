@@ -3,8 +3,11 @@ them with the tools they know: the pickle that ``torch.cuda.memory._snapshot()``
 produces (segments with their blocks, and per-device allocation traces), which
 https://pytorch.org/memory_viz and ``torch.cuda._memory_viz`` render.
 
-One segment per memory kind in use: from the kind's base to the end of its
-last live block, rounded up to the kind's page; gaps become inactive blocks.
+A segment is what PyTorch's allocator got from the driver; ascmem's
+equivalent is a run of whole pages the device holds (under live blocks or
+slabs, or kept mapped: Device.segments()), so that the segments add up to
+memory_stats()' reserved bytes.  The free parts of a segment (a slab's free
+slots, the rest of a shared page) become inactive blocks.
 """
 
 import pickle
@@ -25,28 +28,32 @@ def to_torch(device, history=(), stream=0, limit=None):
     unless told a max_entries)."""
     segments = []
     kinds = kind_table()
-    by_kind = {}
-    for b in device.snapshot():
-        by_kind.setdefault(b["kind"], []).append(b)
-    for kind, blocks in sorted(by_kind.items()):
-        base, _ = device.range_of(kind)
-        page = kinds[kind]["page_size"]
-        end = max(b["address"] + b["size"] for b in blocks)
-        total = (end - base + page - 1) // page * page
+    blocks = device.snapshot()  # address order, as the segments
+    i = 0
+    for seg in device.segments():
+        base, end, kind = seg["address"], seg["address"] + seg["size"], seg["kind"]
+        while i < len(blocks) and blocks[i]["address"] < base:
+            i += 1  # a sleeping block of a paged kind: it holds no page
+        inside = []
+        while i < len(blocks) and blocks[i]["address"] < end:
+            if blocks[i]["address"] + blocks[i]["size"] <= end:  # else asleep, edge shared
+                inside.append(blocks[i])
+            i += 1
         out, at = [], base
-        for b in blocks:
+        for b in inside:
             if b["address"] > at:
                 out.append(_block(at, b["address"] - at, 0, "inactive"))
             out.append(_block(b["address"], b["size"], b["requested"], "active_allocated"))
             at = b["address"] + b["size"]
-        if base + total > at:
-            out.append(_block(at, base + total - at, 0, "inactive"))
-        active = sum(b["size"] for b in blocks)
+        if end > at:
+            out.append(_block(at, end - at, 0, "inactive"))
+        active = sum(b["size"] for b in inside)
+        page = kinds[kind]["page_size"]
         segments.append({
-            "device": device.device_id, "address": base, "total_size": total, "stream": stream,
-            "segment_type": "large" if page > 4096 else "small", "segment_pool_id": (0, 0),
-            "allocated_size": active, "active_size": active,
-            "requested_size": sum(b["requested"] for b in blocks), "is_expandable": False,
+            "device": device.device_id, "address": base, "total_size": seg["size"],
+            "stream": stream, "segment_type": "large" if page > 4096 else "small",
+            "segment_pool_id": (0, 0), "allocated_size": active, "active_size": active,
+            "requested_size": sum(b["requested"] for b in inside), "is_expandable": False,
             "frames": [], "blocks": out, "memory_kind": kind.name.lower(),
         })
     trace = []
