@@ -100,3 +100,86 @@ def test_snapshot_leaves_out_a_sleeping_block():
     dev.free(a)
     dev.free(b)
     dev.close()
+
+
+# ---- 47.3: statistics that agree with each other ------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_METRICS = ("allocated_bytes", "requested_bytes", "active_bytes", "inactive_split_bytes",
+            "reserved_bytes", "allocation", "active", "inactive_split", "segment")
+_GROUPS = ("all", "small_pool", "large_pool")
+_BYTES_AND_BLOCKS = (("allocated_bytes", "allocation"), ("active_bytes", "active"),
+                     ("inactive_split_bytes", "inactive_split"), ("reserved_bytes", "segment"))
+
+
+def check_stats_agree(dev):
+    s = dev.memory_stats()
+    for m in _METRICS:
+        for g in _GROUPS:
+            cur, peak, alloc, freed = (s[f"{m}.{g}.{x}"] for x in
+                                       ("current", "peak", "allocated", "freed"))
+            assert min(cur, peak, alloc, freed) >= 0, (m, g)
+            assert peak >= cur, (m, g, cur, peak)
+            assert alloc - freed == cur, (m, g, cur, alloc, freed)
+        for x in ("current", "allocated", "freed"):
+            assert s[f"{m}.all.{x}"] == s[f"{m}.small_pool.{x}"] + s[f"{m}.large_pool.{x}"], (m, x)
+    for g in _GROUPS:
+        for size, count in _BYTES_AND_BLOCKS:
+            if s[f"{size}.{g}.current"]:
+                assert s[f"{count}.{g}.current"], (size, g)
+        for size, count in _BYTES_AND_BLOCKS[:3]:  # a block has bytes
+            if s[f"{count}.{g}.current"]:
+                assert s[f"{size}.{g}.current"], (count, g)
+        assert s[f"requested_bytes.{g}.current"] <= s[f"allocated_bytes.{g}.current"]
+        # what is held is either allocated or an inactive split block
+        assert s[f"reserved_bytes.{g}.current"] == \
+            s[f"allocated_bytes.{g}.current"] + s[f"inactive_split_bytes.{g}.current"], g
+    # memory_summary shows the same figures: its peak column is never below the current one
+    rows = [r for r in dev.memory_summary().splitlines() if r.startswith("| Non-releasable")]
+    assert len(rows) == 1
+    return s
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["malloc", "free", "reset"]),
+                          st.sampled_from([1, 512, 4096, 5000, 70_000, 1 << 20, 3 * MiB,
+                                           9 * MiB + 17]),
+                          st.sampled_from([Policy.HUGE_FIRST, Policy.HUGE_ONLY,
+                                           Policy.NORMAL_ONLY]),
+                          st.integers(0, 1 << 16)), max_size=60)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_OPS, model=st.sampled_from(["atlas-a2-training", "atlas-inference"]),
+       paged=st.booleans())
+def test_memory_stats_invariants_over_random_workloads(ops, model, paged):
+    kw = dict(paged=True, release_threshold=4 * MiB) if paged and model == "atlas-a2-training" \
+        else {}
+    dev = ascmem.Device(model, **kw)
+    live = []
+    for op, size, policy, pick in ops:
+        if op == "malloc":
+            live.append(dev.malloc(size, policy))
+        elif op == "free" and live:
+            dev.free(live.pop(pick % len(live)))
+        elif op == "reset":
+            dev.reset_peaks()
+        check_stats_agree(dev)
+    for p in live:
+        dev.free(p)
+    s = check_stats_agree(dev)
+    assert s["allocated_bytes.all.current"] == 0
+    dev.check()
+
+
+def test_issue_report_non_releasable_memory_has_blocks_and_a_peak():
+    """The report: 2,106,368 inactive bytes with a peak of 0 and a count of 0."""
+    dev = ascmem.Device("atlas-a2-training")
+    dev.malloc(4096)
+    dev.malloc(3 * MiB, Policy.HUGE_ONLY)
+    s = check_stats_agree(dev)
+    assert s["inactive_split_bytes.all.current"] > 0
+    assert s["inactive_split.all.current"] >= 1
+    row = next(r for r in dev.memory_summary().splitlines() if r.startswith("| Non-releasable"))
+    cells = [c.strip() for c in row.split("|")[2:4]]
+    assert cells[0] == cells[1] and cells[0] != "0 B"
