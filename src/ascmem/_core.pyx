@@ -21,8 +21,8 @@ from libc.string cimport memset
 import operator
 import warnings
 
-from ascmem.errors import (ArgumentTypeError, ClosedError, CorruptionError, DeviceClosedError,
-                           InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
+                           DeviceClosedError, InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
                            UnsupportedError)
 
 DEF MSG_LEN = 512

@@ -121,6 +121,44 @@ cdef class _DeviceReadout:
         from ascmem import stats
         return stats.memory_summary(self)
 
+    # torch.cuda's (and torch.npu's) names for the same figures; device:
+    # None or this device's id, as torch takes the device to read
+
+    def _torch_device(self, device):
+        if device is not None and device != self.device_id:
+            raise InvalidArgumentError(f"this is device {self.device_id}, not {device!r}")
+
+    def memory_allocated(self, device=None):
+        """Bytes in live blocks of device memory: allocated_bytes.all.current."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[0]
+
+    def max_memory_allocated(self, device=None):
+        """The peak of memory_allocated() since the last reset_peak_memory_stats()."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[1]
+
+    def memory_reserved(self, device=None):
+        """Bytes of pages the device holds: reserved_bytes.all.current."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[2]
+
+    def max_memory_reserved(self, device=None):
+        """The peak of memory_reserved() since the last reset_peak_memory_stats()."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[3]
+
+    def mem_get_info(self, device=None):
+        """(free, total) bytes of the device's memory, as torch.npu.mem_get_info
+        reads them: aclrtGetMemInfo(ACL_HBM_MEM), which a DDR chip answers
+        with its DDR figures (get_mem_info)."""
+        self._torch_device(device)
+        return self.get_mem_info(_rules.MemAttr.HBM_MEM)
+
     def stats(self):
         """Per kind: the pool's statistics; plus the budget and reuse counters."""
         cdef _DeviceParts parts = <_DeviceParts>self._parts

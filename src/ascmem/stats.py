@@ -49,6 +49,16 @@ def _inactive(dev):
     return out
 
 
+def allocated_and_reserved(dev):
+    """(allocated current, allocated peak, reserved current, reserved peak)
+    of memory_stats' "all" group, without its walk of the blocks."""
+    stats = dev.stats()
+    kinds = [stats[n] for n in _GROUPS["all"] if n in stats]
+    reserved = [_reserved(k) for k in kinds]
+    return (_sum(kinds, "used"), _sum(kinds, "peak_used"), sum(r[0] for r in reserved),
+            sum(r[1] for r in reserved))
+
+
 def memory_stats(dev):
     """A Device's statistics under ``torch.cuda.memory_stats()``'s key names
     (``allocated_bytes.all.current``, ``reserved_bytes.large_pool.peak``,
@@ -88,6 +98,9 @@ def memory_stats(dev):
     out.update({
         "num_alloc_retries": device["oom_retries"],
         "num_ooms": sum(stats[n]["failed_count"] for n in _GROUPS["all"] if n in stats),
+        # allocations refused by the cap of set_memory_fraction (torch's count of
+        # those refused by per_process_memory_fraction)
+        "num_oom_rejections": device["oom_rejections"],
         "num_sync_all_streams": device["sync_all_streams"],
         "num_device_alloc": out["segment.all.allocated"],
         "num_device_free": out["segment.all.freed"],
