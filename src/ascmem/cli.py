@@ -348,6 +348,7 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="ascmem", description="Plan and compare Ascend device memory with the ascmem "
         "allocator, no hardware needed.")
+    from ascmem import cli_plan
     from ascmem._version import __version__
     p.add_argument("--version", action="version", version=f"ascmem {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -374,7 +375,7 @@ def build_parser():
     def snapshot_args(s):
         s.add_argument("--at-peak", action="store_true",
                        help="capture the device at its peak of live bytes, not at the trace's end")
-        s.add_argument("--max-entries", type=_count_arg, default=None,
+        s.add_argument("--max-entries", type=cli_plan.count, default=None,
                        help="keep the last N allocation-history entries (default: all, as PyTorch)")
 
     s = sub.add_parser("replay", help="play a trace through a device or an allocator")
@@ -425,7 +426,6 @@ def build_parser():
                    "and 64KiB)")
     s.set_defaults(func=cmd_fit)
 
-    from ascmem import cli_plan
     cli_plan.add_parser(sub, trace_args, _positive_int)
 
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
@@ -466,17 +466,6 @@ def _positive_int(text):
             f"{text!r} has no unit: write {number.strip()}MiB for mebibytes (or {number.strip()}B "
             f"if bytes are meant; KiB, GiB, ... work too)")
     return value
-
-
-def _count_arg(text):
-    """A positive whole number (of entries, not bytes)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
-    return n
 
 
 def _negative_sizes_as_values(parser, argv):
