@@ -69,7 +69,7 @@ cdef _raise_alloc_failure(Device dev, int st, uint64_t size, object policy, int 
         rounded, kinds = route["rounded"], route["kinds"]
     except AscmemError:  # a call route() does not know: the size as asked
         rounded, kinds = size, [MemKind(kind)]
-    page = ascm_kind(kind).page_size
+    page = s.page_size  # a paged pool's granule, else the kind's page
     if st == ASCM_ERR_BUDGET:
         need, huge = (rounded + page - 1) // page * page, bool(ascm_kind(kind).huge)
         why = _oom.budget_refusal(dev.budget(), huge, need)
