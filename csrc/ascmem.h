@@ -454,6 +454,11 @@ int ascm_os_discard(uint64_t addr, uint64_t size);
 int ascm_os_map(void *ctx, uint64_t addr, uint64_t size, int map);
 /* Calls fn(ctx, addr, size, 0) for each free span of the large-block path. */
 void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx);
+/* Calls fn(ctx, addr, size, 0) for each run of whole pages the pool holds
+ * now, in address order: pages under a live block or slab storage, and a
+ * paged pool's kept granules.  They add up to the pages in use (and kept)
+ * of ascm_pool_stats: PyTorch's segments in a snapshot. */
+void ascm_pool_walk_held(ascm_pool *p, ascm_block_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -104,6 +104,51 @@ void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx) {
     ascm_pool_unlock_whole(p, whole);
 }
 
+/* The run of pages [lo, hi) held open by ascm_pool_walk_held, reported when
+ * the next held page is not adjacent to it. */
+typedef struct {
+    const ascm_pool *p;
+    ascm_block_fn fn;
+    void *ctx;
+    uint64_t lo, hi;
+} held_run;
+
+static void held_add(held_run *r, uint64_t lo, uint64_t hi) {
+    if (r->hi > r->lo && lo <= r->hi) {
+        if (hi > r->hi) r->hi = hi;
+        return;
+    }
+    if (r->hi > r->lo)
+        r->fn(r->ctx, r->p->base + (r->lo << r->p->pshift), (r->hi - r->lo) << r->p->pshift, 0);
+    r->lo = lo;
+    r->hi = hi;
+}
+
+/* Pages are held by what charges them (charge_block in pool_internal.h):
+ * live large blocks and slab storage, whole pages each, but not a sleeping
+ * block; and, in a paged pool, the kept granules under free blocks.  Their
+ * sum is pages_in_use (+ kept_count), the figure check() verifies. */
+void ascm_pool_walk_held(ascm_pool *p, ascm_block_fn fn, void *ctx) {
+    int whole = ascm_pool_lock_whole(p);
+    ascm_pool_flush_last_freed(p);
+    held_run r = {p, fn, ctx, 0, 0};
+    int kept = p->paging && p->paging->kept_count;
+    for (uint32_t i = ascm_fit_first(&p->fit); i; i = p->fit.nodes[i].next_phys) {
+        const ascm_fit_node *n = &p->fit.nodes[i];
+        uint64_t off = (uint64_t)n->off << p->gshift, len = (uint64_t)n->len << p->gshift;
+        uint64_t first = off >> p->pshift, last = (off + len - 1) >> p->pshift;
+        int asleep = !n->is_free && p->asleep.count && ascm_map_get(&p->asleep, n->off);
+        if (!n->is_free && !asleep) {
+            held_add(&r, first, last + 1);
+        } else if (kept) {
+            for (uint64_t q = first; q <= last; q++)
+                if (ascm_paging_kept(p->paging, q)) held_add(&r, q, q + 1);
+        }
+    }
+    held_add(&r, UINT64_MAX, UINT64_MAX); /* reports the last run */
+    ascm_pool_unlock_whole(p, whole);
+}
+
 void ascm_pool_recount(ascm_pool *p) {
     uint64_t live = 0, used = 0, requested = 0;
     for (uint32_t i = 1; i < p->fit.nused; i++) {

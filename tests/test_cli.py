@@ -27,7 +27,7 @@ def test_replay_json():
 def test_replay_with_failures_exits_1(tmp_path):
     t = tmp_path / "t.csv"
     t.write_text("op,id,size\na,1,1048576\na,2,1048576\n")
-    r = run("replay", str(t), "--allocator", "pool", "--capacity", str(1 << 20))
+    r = run("replay", str(t), "--allocator", "pool", "--capacity", "1MiB")
     assert r.returncode == 1 and "first failure" in r.stdout
 
 
@@ -38,7 +38,7 @@ def test_info():
 
 def test_fit_side_by_side():
     r = run("fit", "--example", "batch_inference", "--allocator", "pool", "--allocator", "buddy",
-            "--resolution", str(1 << 20))
+            "--resolution", "1MiB")
     assert r.returncode == 0 and "pool" in r.stdout and "buddy" in r.stdout
 
 
@@ -189,7 +189,7 @@ def test_replay_paged_json():
 @pytest.mark.parametrize("args,text", [
     (("replay", "--example", "encoder_varlen", "--paged", "--capacity", "1GiB"), "--paged"),
     (("replay", "--example", "encoder_varlen", "--paged", "--allocator", "buddy"), "--paged"),
-    (("fit", "--example", "encoder_varlen", "--granule", "3000"), "power of two"),
+    (("fit", "--example", "encoder_varlen", "--granule", "3000B"), "power of two"),
 ])
 def test_paged_usage_errors(args, text):
     r = run(*args)

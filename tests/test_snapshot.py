@@ -31,7 +31,9 @@ def test_rendered_by_torch_memory_viz(tmp_path):
     tr.replay(t, ascmem.Device("atlas-inference"), snapshot=path)
     data = pickle.loads(path.read_bytes())
     summary = mv.segsum(data)
-    assert "segments: 2" in summary and "total_allocated" in summary
+    # a run of held pages per segment: here one of huge pages, one of media, one of host
+    assert "segments: 3" in summary and "total_allocated" in summary
+    assert [s["memory_kind"] for s in data["segments"]] == ["huge", "dvpp", "host"]
     text = mv.trace(data)
     assert "entries" in text and "3.0MiB" in text  # the 3,110,400-byte media frames
     assert "seg_0" in text and "del " in text

@@ -274,6 +274,59 @@ static void test_pool_remembered_slab(void) {
     ascm_pool_destroy(p);
 }
 
+/* ascm_pool_walk_held: runs in address order, apart (adjacent runs are one),
+ * adding up to the pages in use: what a PyTorch snapshot's segments show. */
+typedef struct {
+    uint64_t bytes, end, runs;
+    int ordered;
+} held_sum;
+static void add_held(void *ctx, uint64_t addr, uint64_t size, uint64_t requested) {
+    held_sum *h = ctx;
+    if (addr <= h->end && h->runs) h->ordered = 0;
+    if (requested != 0 || size == 0) h->ordered = 0;
+    h->bytes += size;
+    h->end = addr + size;
+    h->runs++;
+}
+static void held_matches_pages(ascm_pool *p) {
+    held_sum h = {0, 0, 0, 1};
+    ascm_pool_walk_held(p, add_held, &h);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(h.ordered);
+    CHECK(h.bytes == (st.mapped ? st.mapped : st.pages_in_use * st.page_size));
+}
+
+/* The same on a paged pool that keeps freed granules mapped: kept granules
+ * are held too. */
+static void test_paged_held_runs(void) {
+    ascm_pool_config cfg = {.base = 1ull << 36, .size = 1ull << 30, .min_block = 4096,
+                            .page_size = 2u << 20, .paged = 1, .release_threshold = 16u << 20};
+    ascm_pool *p;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    enum { N = 256 };
+    static uint64_t live[N];
+    memset(live, 0, sizeof live);
+    for (int step = 0; step < 20000; step++) {
+        int i = (int)(next_rand() % N);
+        if (live[i]) {
+            CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+            live[i] = 0;
+        } else if (ascm_pool_alloc(p, 1 + next_rand() % (6u << 20), 64, &live[i]) != ASCM_OK) {
+            live[i] = 0;
+        }
+        if (step % 1000 == 0) held_matches_pages(p);
+    }
+    for (int i = 0; i < N; i++)
+        if (live[i]) CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped > 0); /* kept under the threshold */
+    held_matches_pages(p);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 static void test_pool_random(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 30, .size = 48u << 20, .min_block = 4096, .page_size = 2u << 20,
@@ -297,9 +350,13 @@ static void test_pool_random(void) {
             if (st == ASCM_OK) CHECK(live[i] % align == 0);
             else live[i] = 0;
         }
-        if (step % 20000 == 0) POOL_OK(p);
+        if (step % 20000 == 0) {
+            POOL_OK(p);
+            held_matches_pages(p);
+        }
     }
     POOL_OK(p);
+    held_matches_pages(p);
     size_t done;
     CHECK(ascm_pool_free_many(p, live, N, &done) == ASCM_ERR_BADFREE); /* zeros are not blocks */
     ascm_stats st;
@@ -1406,6 +1463,7 @@ int main(void) {
     static const test_case tests[] = {
         {"buddy_basic", test_buddy_basic},
         {"buddy_random", test_buddy_random},
+        {"paged_held_runs", test_paged_held_runs},
         {"pool_basic", test_pool_basic},
         {"pool_reuses_the_last_freed_large_block", test_pool_reuses_the_last_freed_large_block},
         {"pool_remembered_slab", test_pool_remembered_slab},

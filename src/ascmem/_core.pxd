@@ -186,6 +186,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released)
     int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped)
     void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx)
+    void ascm_pool_walk_held(ascm_pool *p, ascm_block_fn fn, void *ctx)
     enum:
         ASCM_OS_NORMAL
         ASCM_OS_THP

@@ -21,8 +21,8 @@ from libc.string cimport memset
 import operator
 import warnings
 
-from ascmem.errors import (ArgumentTypeError, ClosedError, CorruptionError, DeviceClosedError,
-                           InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
+                           DeviceClosedError, InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
                            UnsupportedError)
 
 DEF MSG_LEN = 512
@@ -154,16 +154,24 @@ cdef void _span_add(void *ctx, uint64_t addr, uint64_t usable, uint64_t requeste
     s.n += 1
 
 
+ctypedef void (*_pool_walk_fn)(ascm_pool *p, ascm_block_fn fn, void *ctx) noexcept nogil
+
 cdef list _pool_blocks(ascm_pool *p, bint free_spans):
     """(addr, usable, requested) of each live block, or (addr, size, 0) of
     each free span of the large-block path."""
+    return _pool_spans(p, ascm_pool_walk_free if free_spans else ascm_pool_walk)
+
+
+cdef list _pool_held(ascm_pool *p):
+    """(addr, size, 0) of each run of pages the pool holds (ascm_pool_walk_held)."""
+    return _pool_spans(p, ascm_pool_walk_held)
+
+
+cdef list _pool_spans(ascm_pool *p, _pool_walk_fn walk):
     cdef _Spans s
     cdef size_t i
     memset(&s, 0, sizeof(s))
-    if free_spans:
-        ascm_pool_walk_free(p, _span_add, &s)
-    else:
-        ascm_pool_walk(p, _span_add, &s)
+    walk(p, _span_add, &s)
     try:
         if s.failed:
             raise OutOfMemoryError("host memory for the walk's list ran out")

@@ -398,6 +398,12 @@ cdef class Device(_DeviceReadout):
         # a tiny fraction still caps (a limit of 0 would mean no limit at all)
         ascm_device_set_limit(self._d, 0 if f == 1.0 else max(1, int(total * f)))
 
+    def set_per_process_memory_fraction(self, fraction, device=None):
+        """torch.cuda's name for set_memory_fraction (device: None or this
+        device's id)."""
+        self._torch_device(device)
+        self.set_memory_fraction(fraction)
+
     # ---- lifetime ---------------------------------------------------------------
 
     def reset(self):

@@ -62,11 +62,26 @@ cdef _raise_alloc_failure(Device dev, int st, uint64_t size, object policy, int 
     cdef ascm_stats s
     ascm_device_kind_stats(dev._d, kind, &s)
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
-    why = "the page budget is exhausted" if st == ASCM_ERR_BUDGET else "no free block fits"
+    from ascmem import oom as _oom
+    pname = _rules.policy_name(policy)
+    try:
+        route = dev.route(size, policy or 0, call)
+        rounded, kinds = route["rounded"], route["kinds"]
+    except AscmemError:  # a call route() does not know: the size as asked
+        rounded, kinds = size, [MemKind(kind)]
+    page = s.page_size  # a paged pool's granule, else the kind's page
+    if st == ASCM_ERR_BUDGET:
+        need, huge = (rounded + page - 1) // page * page, bool(ascm_kind(kind).huge)
+        why = _oom.budget_refusal(dev.budget(), huge, need)
+        if _oom.CAP in _oom.limits_broken(dev.budget(), huge, need):
+            parts.counters["oom_rejections"] += 1  # torch's num_oom_rejections
+    else:
+        why = _oom.range_refusal(name, rounded, s.capacity, s.free, s.largest_free)
     b = dev.budget()
     upstream = parts.growth.describe(kind, ascm_device_chunk_count(dev._d, kind))
     raise OutOfMemoryError(
-        f"{call}({size}, policy={_rules.policy_name(policy)}): out of {name} memory ({why}); "
+        f"{call}({size}, policy={pname}): out of {name} memory: {why}; "
+        f"{_oom.asked(size, pname, kinds, name)}; "
         f"{_fmt_bytes(s.free)} of the {name} range free, largest free block "
         f"{_fmt_bytes(s.largest_free)}; {_fmt_bytes(parts.ledger.pending_bytes)} waiting on "
         f"streams{upstream}; device budget: {_fmt_bytes(b['huge_used'])} huge + "

@@ -144,7 +144,7 @@ cdef class _DeviceParts:
 
     def __cinit__(self, _Upstream up, sizes, uint64_t aicpu):
         self.up = up
-        self.counters = {"huge_fallbacks": 0, "oom_retries": 0, "chunks_taken": 0,
+        self.counters = {"huge_fallbacks": 0, "oom_retries": 0, "oom_rejections": 0, "chunks_taken": 0,
                          "chunks_given_back": 0, "upstream_failures": 0, "sync_all_streams": 0,
                          "resets": 0}
         self.growth = _Growth(up, sizes, self.counters)

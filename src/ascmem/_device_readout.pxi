@@ -121,6 +121,44 @@ cdef class _DeviceReadout:
         from ascmem import stats
         return stats.memory_summary(self)
 
+    # torch.cuda's (and torch.npu's) names for the same figures; device:
+    # None or this device's id, as torch takes the device to read
+
+    def _torch_device(self, device):
+        if device is not None and device != self.device_id:
+            raise InvalidArgumentError(f"this is device {self.device_id}, not {device!r}")
+
+    def memory_allocated(self, device=None):
+        """Bytes in live blocks of device memory: allocated_bytes.all.current."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[0]
+
+    def max_memory_allocated(self, device=None):
+        """The peak of memory_allocated() since the last reset_peak_memory_stats()."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[1]
+
+    def memory_reserved(self, device=None):
+        """Bytes of pages the device holds: reserved_bytes.all.current."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[2]
+
+    def max_memory_reserved(self, device=None):
+        """The peak of memory_reserved() since the last reset_peak_memory_stats()."""
+        self._torch_device(device)
+        from ascmem import stats
+        return stats.allocated_and_reserved(self)[3]
+
+    def mem_get_info(self, device=None):
+        """(free, total) bytes of the device's memory, as torch.npu.mem_get_info
+        reads them: aclrtGetMemInfo(ACL_HBM_MEM), which a DDR chip answers
+        with its DDR figures (get_mem_info)."""
+        self._torch_device(device)
+        return self.get_mem_info(_rules.MemAttr.HBM_MEM)
+
     def stats(self):
         """Per kind: the pool's statistics; plus the budget and reuse counters."""
         cdef _DeviceParts parts = <_DeviceParts>self._parts
@@ -159,6 +197,24 @@ cdef class _DeviceReadout:
                                   for a, u, r in _pool_blocks(p, False))
         blocks.sort(key=lambda b: b["address"])
         return blocks
+
+    def segments(self):
+        """Memory the device holds now: dicts of address, size and kind, one
+        per run of whole pages under live blocks or slabs (and kept granules
+        of a paged kind), in address order.  Their sizes add up to each kind's
+        pages in use (mapped bytes, paged): memory_stats' reserved_bytes, and
+        the segments of a PyTorch snapshot (ascmem.snapshot)."""
+        runs = []
+        cdef ascm_pool *p
+        for k in range(ASCM_KINDS):
+            kind = MemKind(k)
+            for i in range(ascm_device_chunk_count(self._d, k)):
+                p = ascm_device_chunk(self._d, k, i, NULL, NULL)
+                if p is not NULL:
+                    runs.extend({"address": a, "size": n, "kind": kind}
+                                for a, n, _ in _pool_held(p))
+        runs.sort(key=lambda r: r["address"])
+        return runs
 
     def check(self):
         """Walks every pool's invariants, the chunk accounting and the page

@@ -88,6 +88,41 @@ def paired_ratio(a, b):
     return statistics.median(x / y for x, y in zip(a["samples"], b["samples"]))
 
 
+FLOOR = "floor (NoopPool)"
+NOISY_SPREAD = 0.25  # p10 to p90 of a figure's samples, over their median
+TLSF_MISSING = ("tlsfallocator is not installed, so nothing is compared with it: "
+                "pip install '.[bench]' in the source tree (or pip install tlsfallocator) "
+                "adds it")
+
+
+def noise(rows):
+    """Why a run's Python pair figures are not to be trusted, as sentences
+    (none: nothing seen).  Two signs: a peer measured faster than the floor,
+    which does nothing, so that only noise puts a ratio below 1; and a
+    figure whose repeats spread widely (other processes took the core in
+    some of them)."""
+    by = {(r["peer"], r["size"]): r for r in rows}
+    out = []
+    below = [(r["peer"], r["size"], paired_ratio(r, by[(FLOOR, r["size"])])) for r in rows
+             if r["peer"] != FLOOR and (FLOOR, r["size"]) in by]
+    below = [b for b in below if b[2] < 1]
+    if below:
+        peer, size, ratio = min(below, key=lambda b: b[2])
+        out.append(f"{len(below)} figure(s) read faster than the floor, which does nothing "
+                   f"({peer} at {_size(size)}: {ratio:.2f}x)")
+    spreads = []
+    for r in rows:
+        if len(r["samples"]) >= 5:
+            deciles = statistics.quantiles(r["samples"], n=10)
+            spreads.append(((deciles[-1] - deciles[0]) / r["ns"], r["peer"], r["size"]))
+    if spreads and max(spreads)[0] > NOISY_SPREAD:
+        spread, peer, size = max(spreads)
+        out.append(f"repeats of one figure spread by {spread:.0%} of its median ({peer} at "
+                   f"{_size(size)}, 10th to 90th percentile; a quiet run stays under "
+                   f"{NOISY_SPREAD:.0%})")
+    return out
+
+
 def batch_pairs(count, repeat):
     """ns per pair for alloc_many + free_many of count mixed sizes
     (log-uniform 64 B - 4 MiB, the C benchmark's distribution)."""
@@ -310,8 +345,12 @@ def _run(args):
     rows = python_pairs(number, repeat)
     figures = {"python_pairs": [{k: r[k] for k in ("peer", "size", "ns")} for r in rows]}
     by = {(r["peer"], r["size"]): r for r in rows}
-    print("\nalloc+free pair from Python, median ns (median of same-repeat ratios to the floor; "
-          "to tlsfallocator)")
+    tlsf = ("tlsfallocator", SIZES[0]) in by
+    figures["tlsfallocator"] = tlsf
+    print("\nalloc+free pair from Python, median ns (median of same-repeat ratios to the floor" +
+          ("; to tlsfallocator)" if tlsf else ")"))
+    if not tlsf:
+        print(TLSF_MISSING)
     print(f"{'peer':24s}" + "".join(f"{_size(n):>26s}" for n in SIZES))
     for peer in dict.fromkeys(r["peer"] for r in rows):
         cells = []
@@ -322,6 +361,11 @@ def _run(args):
                  if ("tlsfallocator", n) in by else "")
             cells.append(f"{r['ns']:8.1f} ({floor_ratio:.2f}x{t})")
         print(f"{peer:24s}" + "".join(f"{c:>26s}" for c in cells))
+    figures["warnings"] = noise(rows)
+    if figures["warnings"]:
+        load = f" (load average {os.getloadavg()[0]:.1f})" if hasattr(os, "getloadavg") else ""
+        print(f"WARNING: this run was noisy{load}: " + "; ".join(figures["warnings"]) +
+              ". Its ratios are not to be trusted: run it again on an idle machine.")
     print("Pool pair / hand-parsed floor: " + ", ".join(
         f"{_size(n)} {paired_ratio(by[('ascmem Pool', n)], by[('floor, hand-parsed', n)]):.2f}x"
         for n in SIZES))

@@ -349,12 +349,17 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="ascmem", description="Plan and compare Ascend device memory with the ascmem "
         "allocator, no hardware needed.")
+    from ascmem import cli_plan
     from ascmem._version import __version__
     p.add_argument("--version", action="version", version=f"ascmem {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    s = sub.add_parser("info", help="a product's memory profile, budgets and precautions")
+    s = sub.add_parser("info", help="a product's memory profile, budgets and precautions",
+                       description="A product's memory profile: device memory, the huge-page "
+                       "reserve and the page budgets, aclrtGetMemInfo's answers and the CANN "
+                       "memory precautions that apply, for one product and mode (--model, "
+                       "--mode), or the list of product names (--list).")
     s.add_argument("--model", default="atlas-inference", help="product profile (default: %(default)s)")
     s.add_argument("--mode", default=None, help="EP or RC (default: the product's first)")
     s.add_argument("--list", action="store_true", help="list the product names and exit")
@@ -371,7 +376,7 @@ def build_parser():
     def snapshot_args(s):
         s.add_argument("--at-peak", action="store_true",
                        help="capture the device at its peak of live bytes, not at the trace's end")
-        s.add_argument("--max-entries", type=_positive_int, default=None,
+        s.add_argument("--max-entries", type=cli_plan.count, default=None,
                        help="keep the last N allocation-history entries (default: all, as PyTorch)")
 
     s = sub.add_parser("replay", help="play a trace through a device or an allocator")
@@ -413,7 +418,7 @@ def build_parser():
                    choices=list(tr.ALLOCATORS),
                    help="repeat to compare several (default: all available)")
     s.add_argument("--resolution", type=_positive_int, default=64 * 1024,
-                   help="bisection step in bytes (default: %(default)s)")
+                   help="bisection step (a size: 64KiB, 1MiB; default: 64KiB)")
     s.add_argument("--paged", action="store_true",
                    help="also the physical efficiency (peak live / peak mapped) of a paged pool")
     s.add_argument("--json", action="store_true", help="print the results as JSON (docs/CLI_JSON.md)")
@@ -422,13 +427,15 @@ def build_parser():
                    "and 64KiB)")
     s.set_defaults(func=cmd_fit)
 
-    from ascmem import cli_plan
     cli_plan.add_parser(sub, trace_args, _positive_int)
 
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=cmd_bench)
+    for choice in getattr(sub, "_choices_actions", ()):  # `COMMAND --help` says what it does
+        if sub.choices[choice.dest].description is None:
+            sub.choices[choice.dest].description = choice.help[:1].upper() + choice.help[1:] + "."
     return p
 
 
@@ -438,26 +445,62 @@ _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 
 
 
 def _positive_int(text):
-    """A positive number of bytes: 65536, 0x10000, 300MiB, 1.5 GiB, 2GB (KiB,
-    MiB... and K, M... are powers of 1024; kB, MB... powers of 1000)."""
+    """A positive size with its unit: 300MiB, 64KiB, 1.5 GiB, 2GB, 4096B
+    (KiB, MiB... and K, M... are powers of 1024; kB, MB... powers of 1000; B
+    bytes), or bytes in hexadecimal (0x10000).  A decimal number without a
+    unit is refused: `--weights 300` read as 300 bytes where 300 MiB was
+    meant passes every check silently."""
     m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?|0[xX][0-9a-fA-F_]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size (bytes, or with a unit: KiB, MiB, GiB, TiB, kB, MB, GB, TB)")
+            f"{text!r} is not a size (a positive number with a unit: B, KiB, MiB, GiB, TiB, "
+            f"kB, MB, GB, TB; e.g. 300MiB)")
     number = m.group(1)
     value = int(number, 16) if number[:2].lower() == "0x" else float(number) if "." in number \
         else int(number)
     value = int(value * _UNITS[unit])
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {text!r}")
+    if not unit and number[:2].lower() != "0x":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: write {number.strip()}MiB for mebibytes (or {number.strip()}B "
+            f"if bytes are meant; KiB, GiB, ... work too)")
     return value
+
+
+def _negative_sizes_as_values(parser, argv):
+    """`--weights -5MiB` as `--weights=-5MiB`: argparse takes a token that
+    starts with '-' and is not a plain negative number for an option, and
+    says "expected one argument"; joined, the size's own check says what is
+    wrong with it."""
+    takes_value = set()
+    stack = [parser]
+    while stack:
+        for action in stack.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            elif action.option_strings and action.nargs is None and action.type is not None:
+                takes_value.update(action.option_strings)
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in takes_value and i + 1 < len(argv) and re.match(r"-[0-9.]", argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 def main(argv=None):
     from ascmem.errors import AscmemError, OutOfMemoryError
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # bare `ascmem`: what it can do, not a usage error
+        parser.print_help()
+        return 0
+    args = parser.parse_args(_negative_sizes_as_values(parser, argv))
     try:
         return args.func(args)
     except BrokenPipeError:  # the reader went away (| head): not an error of ours

@@ -11,7 +11,7 @@ def add_parser(sub, trace_args, positive_int):
     trace_args(s)
     size = _size(positive_int)
     s.add_argument("--weights", type=size, default=0, help="model weights per instance (300MiB...)")
-    s.add_argument("--instances", type=_count, default=1,
+    s.add_argument("--instances", type=count, default=1,
                    help="processes sharing a card, each running the workload (default: 1)")
     s.add_argument("--headroom", type=size, default=0,
                    help="memory to keep free per instance: HCCL, workspaces (default: 0)")
@@ -29,13 +29,14 @@ def _size(positive_int):
     return size
 
 
-def _count(text):
+def count(text):
+    """A whole number >= 1 (of processes, of entries)."""
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of processes >= 1, not {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
     return n
 
 

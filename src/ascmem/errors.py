@@ -26,8 +26,10 @@ class AscmemError(Exception):
     code = ACL_ERROR_INTERNAL_ERROR
 
 
-class OutOfMemoryError(AscmemError, MemoryError):
-    """No room for the request: the range, the page budget or a limit."""
+class OutOfMemoryError(AscmemError, MemoryError, RuntimeError):
+    """No room for the request: the range, the page budget or a limit.  A
+    RuntimeError too, as torch.OutOfMemoryError is, so that code written
+    for torch's (``except RuntimeError``) catches it."""
 
     code = ACL_ERROR_RT_MEMORY_ALLOCATION
 

@@ -3,8 +3,11 @@ them with the tools they know: the pickle that ``torch.cuda.memory._snapshot()``
 produces (segments with their blocks, and per-device allocation traces), which
 https://pytorch.org/memory_viz and ``torch.cuda._memory_viz`` render.
 
-One segment per memory kind in use: from the kind's base to the end of its
-last live block, rounded up to the kind's page; gaps become inactive blocks.
+A segment is what PyTorch's allocator got from the driver; ascmem's
+equivalent is a run of whole pages the device holds (under live blocks or
+slabs, or kept mapped: Device.segments()), so that the segments add up to
+memory_stats()' reserved bytes.  The free parts of a segment (a slab's free
+slots, the rest of a shared page) become inactive blocks.
 """
 
 import pickle
@@ -18,6 +21,32 @@ def _block(addr, size, requested, state):
             "frames": []}
 
 
+def segment_blocks(device):
+    """(segment, blocks) for each run of pages the device holds
+    (Device.segments()): blocks are PyTorch's block dicts covering the
+    segment, "active_allocated" for the live blocks in it and "inactive" for
+    the free spans between them."""
+    blocks = device.snapshot()  # address order, as the segments
+    i = 0
+    for seg in device.segments():
+        base, end = seg["address"], seg["address"] + seg["size"]
+        while i < len(blocks) and blocks[i]["address"] < base:
+            i += 1  # a sleeping block of a paged kind: it holds no page
+        out, at = [], base
+        while i < len(blocks) and blocks[i]["address"] < end:
+            b = blocks[i]
+            i += 1
+            if b["address"] + b["size"] > end:  # asleep, its edge page held by a neighbour
+                continue
+            if b["address"] > at:
+                out.append(_block(at, b["address"] - at, 0, "inactive"))
+            out.append(_block(b["address"], b["size"], b["requested"], "active_allocated"))
+            at = b["address"] + b["size"]
+        if end > at:
+            out.append(_block(at, end - at, 0, "inactive"))
+        yield seg, out
+
+
 def to_torch(device, history=(), stream=0, limit=None):
     """The snapshot dict of a Device; ``history``: (action, addr, size) tuples,
     action "alloc" or "free", oldest first; limit: keep only the last that
@@ -25,29 +54,16 @@ def to_torch(device, history=(), stream=0, limit=None):
     unless told a max_entries)."""
     segments = []
     kinds = kind_table()
-    by_kind = {}
-    for b in device.snapshot():
-        by_kind.setdefault(b["kind"], []).append(b)
-    for kind, blocks in sorted(by_kind.items()):
-        base, _ = device.range_of(kind)
-        page = kinds[kind]["page_size"]
-        end = max(b["address"] + b["size"] for b in blocks)
-        total = (end - base + page - 1) // page * page
-        out, at = [], base
-        for b in blocks:
-            if b["address"] > at:
-                out.append(_block(at, b["address"] - at, 0, "inactive"))
-            out.append(_block(b["address"], b["size"], b["requested"], "active_allocated"))
-            at = b["address"] + b["size"]
-        if base + total > at:
-            out.append(_block(at, base + total - at, 0, "inactive"))
-        active = sum(b["size"] for b in blocks)
+    for seg, out in segment_blocks(device):
+        active = [b for b in out if b["state"] == "active_allocated"]
+        page = kinds[seg["kind"]]["page_size"]
         segments.append({
-            "device": device.device_id, "address": base, "total_size": total, "stream": stream,
-            "segment_type": "large" if page > 4096 else "small", "segment_pool_id": (0, 0),
-            "allocated_size": active, "active_size": active,
-            "requested_size": sum(b["requested"] for b in blocks), "is_expandable": False,
-            "frames": [], "blocks": out, "memory_kind": kind.name.lower(),
+            "device": device.device_id, "address": seg["address"], "total_size": seg["size"],
+            "stream": stream, "segment_type": "large" if page > 4096 else "small",
+            "segment_pool_id": (0, 0), "allocated_size": sum(b["size"] for b in active),
+            "active_size": sum(b["size"] for b in active),
+            "requested_size": sum(b["requested_size"] for b in active), "is_expandable": False,
+            "frames": [], "blocks": out, "memory_kind": seg["kind"].name.lower(),
         })
     trace = []
     history = list(history or ())

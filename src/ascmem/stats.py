@@ -23,20 +23,52 @@ def _reserved(k):
     """(current, peak, allocated, freed) bytes of physical memory a kind
     holds, as PyTorch counts what it has from the driver: pages with a live
     block (the pages the device budget is charged for), or mapped granules
-    of a paged kind (kept ones included)."""
+    of a paged kind (kept ones included).  A kept granule was given but is
+    still mapped: freed counts what left the mapping, taken minus mapped."""
     page = k["page_size"]
     taken, given = k["pages_taken"] * page, k["pages_given"] * page
     if "mapped" in k:
-        return k["mapped"], k["peak_mapped"], taken, given
+        return k["mapped"], k["peak_mapped"], taken, taken - k["mapped"]
     return k["pages_in_use"] * page, k["peak_pages"] * page, taken, given
+
+
+def _inactive(dev):
+    """Per kind: (count, bytes) of the free spans inside the pages the device
+    holds (a slab's free slots, the rest of a page shared with a live block,
+    empty spare slabs, kept granules): PyTorch's inactive split blocks, the
+    snapshot's inactive blocks.  Whole free pages are not held, so none of
+    these is releasable while its neighbours live."""
+    from ascmem.snapshot import segment_blocks
+    out = {}
+    for seg, blocks in segment_blocks(dev):
+        count, size = out.get(seg["kind"].name.lower(), (0, 0))
+        for b in blocks:
+            if b["state"] == "inactive":
+                count, size = count + 1, size + b["size"]
+        out[seg["kind"].name.lower()] = (count, size)
+    return out
+
+
+def allocated_and_reserved(dev):
+    """(allocated current, allocated peak, reserved current, reserved peak)
+    of memory_stats' "all" group, without its walk of the blocks."""
+    stats = dev.stats()
+    kinds = [stats[n] for n in _GROUPS["all"] if n in stats]
+    reserved = [_reserved(k) for k in kinds]
+    return (_sum(kinds, "used"), _sum(kinds, "peak_used"), sum(r[0] for r in reserved),
+            sum(r[1] for r in reserved))
 
 
 def memory_stats(dev):
     """A Device's statistics under ``torch.cuda.memory_stats()``'s key names
     (``allocated_bytes.all.current``, ``reserved_bytes.large_pool.peak``,
     ``num_ooms``, ...).  Peaks summed over several kinds or chunks are upper
-    bounds, as PyTorch's sums of pools are."""
+    bounds, as PyTorch's sums of pools are.  Inactive split blocks are read
+    from the held pages now; ascmem keeps no history of them, so their peak
+    and allocated totals read as the current value and freed as 0 (a peak
+    is never below its current value, nor a total below what is held)."""
     stats = dev.stats()
+    inactive = _inactive(dev)
     out = {}
     for group, names in _GROUPS.items():
         kinds = [stats[n] for n in names if n in stats]
@@ -54,9 +86,10 @@ def memory_stats(dev):
         }
         metrics["active_bytes"] = metrics["allocated_bytes"]  # freed blocks never linger
         metrics["active"] = metrics["allocation"]
-        free_now = max(0, metrics["reserved_bytes"][0] - metrics["allocated_bytes"][0])
-        metrics["inactive_split_bytes"] = (free_now, 0, 0, 0)
-        metrics["inactive_split"] = (0, 0, 0, 0)
+        count = sum(inactive.get(n, (0, 0))[0] for n in names)
+        size = sum(inactive.get(n, (0, 0))[1] for n in names)
+        metrics["inactive_split_bytes"] = (size, size, size, 0)
+        metrics["inactive_split"] = (count, count, count, 0)
         metrics["oversize_allocations"] = metrics["oversize_segments"] = (0, 0, 0, 0)
         for name, values in metrics.items():
             for stat, v in zip(("current", "peak", "allocated", "freed"), values):
@@ -65,6 +98,9 @@ def memory_stats(dev):
     out.update({
         "num_alloc_retries": device["oom_retries"],
         "num_ooms": sum(stats[n]["failed_count"] for n in _GROUPS["all"] if n in stats),
+        # allocations refused by the cap of set_memory_fraction (torch's count of
+        # those refused by per_process_memory_fraction)
+        "num_oom_rejections": device["oom_rejections"],
         "num_sync_all_streams": device["sync_all_streams"],
         "num_device_alloc": out["segment.all.allocated"],
         "num_device_free": out["segment.all.freed"],
