@@ -68,8 +68,7 @@ void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
     for (int k = 0; k < ASCM_KINDS; k++) {
         chunk_table *t = ascm_kind(k)->huge ? table_of(d, k) : NULL;
         for (uint32_t i = 0; t && i < t->n; i++) {
-            const ascm_pool *p = t->c[i].pool; /* a paged pool's kept granules are charged too */
-            bytes += (p->pages_in_use + (p->paging ? p->paging->kept_count : 0)) << p->pshift;
+            bytes += ascm_pool_held_bytes_locked(t->c[i].pool); /* kept granules are charged too */
         }
     }
     *charged = d->b.huge_used;

@@ -1,7 +1,7 @@
 /* Internals shared by the C core's files; not installed, not part of the API:
  * the building blocks (bits, lock, fork safety, bitmap, address set and map,
- * best fit, slab types, paging), then the pool as everyone sees it
- * (pool_core.h). */
+ * best fit, slab types, paging) and the pool functions the device layer
+ * calls.  The pool's struct is the pool layer's alone (pool_core.h). */
 #ifndef ASCMEM_INTERNAL_H
 #define ASCMEM_INTERNAL_H
 
@@ -68,6 +68,10 @@ int ascm_fail(char *msg, size_t msglen, const char *fmt, ...);
 /* ---- lock: a spinlock, since every critical section is tens of ns -------- */
 
 struct ascm_pool;
+/* The bytes of the pages a pool holds: pages under a live byte and, for a
+ * paged pool, the kept granules.  The caller holds the pool's lock (the
+ * device's, for a charged pool): the device layer reads its budget this way. */
+uint64_t ascm_pool_held_bytes_locked(const struct ascm_pool *p);
 typedef struct {
     atomic_int held;
     atomic_int waiters; /* threads in ascm_lock_slow: a long holder hands over to them */
@@ -94,6 +98,19 @@ static inline void ascm_lock_acquire(ascm_lock *l) {
 static inline void ascm_lock_release(ascm_lock *l) {
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
+/* Gives the pages of the kept block whose discharge a lock holds deferred
+ * (pool.c); the lock is held.  Every call that takes a lock of pools, but a
+ * single allocation or free, settles first, so that nothing but the
+ * allocation that may take the block back reads its pages still taken. */
+void ascm_pool_settle(ascm_lock *domain);
+static inline void ascm_lock_settle(ascm_lock *l) {
+    if (ASCM_UNLIKELY(l->deferred != NULL)) ascm_pool_settle(l);
+}
+/* A pool whose calls take `lock` (which its owner registers for fork) instead
+ * of a lock of its own: a device's pools share the device's budget lock, so
+ * that the charge hook, called with the pool lock held, needs no second
+ * lock (device_budget.c). */
+int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out);
 
 /* ---- fork safety (forksafe.c): shared locks are taken around fork() ------ */
 
@@ -410,6 +427,5 @@ static inline int ascm_paging_kept(const ascm_paging *g, uint64_t page) {
     return page - g->pend_lo < g->pend_hi - g->pend_lo || (g->kept_count && ascm_hbm_test(&g->kept, page));
 }
 
-#include "pool_core.h"
 
 #endif /* ASCMEM_INTERNAL_H */

@@ -1,12 +1,14 @@
-/* The pool as every file that touches one sees it: the pool struct, its
- * lock, and the slab paths inline in the pool's entry points.  Included by
- * internal.h, after the building blocks it uses (bits, lock, bitmap,
- * address map, fit, slab types, paging). */
+/* The pool as the pool layer's files see it (pool*.c, slab.c, tcache.c,
+ * pool_readout.c): the pool struct, its lock, and the slab paths inline in
+ * the pool's entry points.  Included after internal.h, which declares the
+ * building blocks it uses (bits, lock, bitmap, address map, fit, slab
+ * types, paging).  The device layer does not include it: it reads pools
+ * through their functions. */
 #ifndef ASCMEM_POOL_CORE_H
 #define ASCMEM_POOL_CORE_H
 
 #ifndef ASCMEM_INTERNAL_H
-#error "include internal.h, which includes this"
+#error "include internal.h before pool_core.h"
 #endif
 
 /* ---- pool --------------------------------------------------------------- */
@@ -80,14 +82,6 @@ struct ascm_pool {
 };
 
 void ascm_pool_lock_contended(ascm_pool *p);
-/* Gives the pages of the kept block whose discharge a lock holds deferred
- * (pool.c); the lock is held.  Every call that takes a lock of pools, but a
- * single allocation or free, settles first, so that nothing but the
- * allocation that may take the block back reads its pages still taken. */
-void ascm_pool_settle(ascm_lock *domain);
-static inline void ascm_lock_settle(ascm_lock *l) {
-    if (ASCM_UNLIKELY(l->deferred != NULL)) ascm_pool_settle(l);
-}
 /* The pool lock, and the deferred discharge left as it is: for a single
  * allocation, which settles itself unless it takes the kept block back,
  * and a free. */
@@ -103,11 +97,6 @@ static inline void ascm_pool_lock(ascm_pool *p) {
 static inline void ascm_pool_unlock(ascm_pool *p) {
     if (p->lock_at) ascm_lock_release(p->lock_at);
 }
-/* A pool whose calls take `lock` (which its owner registers for fork) instead
- * of a lock of its own: a device's pools share the device's budget lock, so
- * that the charge hook, called with the pool lock held, needs no second
- * lock (device_budget.c). */
-int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_pool **out);
 static inline int ascm_caches_on(const ascm_pool *p) {
     return __atomic_load_n(&p->caches_on, __ATOMIC_RELAXED);
 }

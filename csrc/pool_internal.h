@@ -6,6 +6,7 @@
 #define ASCMEM_POOL_INTERNAL_H
 
 #include "internal.h"
+#include "pool_core.h"
 
 /* Takes a reference on the pages of [off, off + bytes); the pages that had
  * no live byte before are the run [*lo, *hi) (interior pages always, edge

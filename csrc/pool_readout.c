@@ -3,6 +3,7 @@
  * it reads is exact; the kept last freed block (pool.c) is handed to best
  * fit first, so free space reads as it is. */
 #include "internal.h"
+#include "pool_core.h"
 
 #include <stdlib.h>
 
@@ -18,6 +19,10 @@ static uint64_t largest_with_spares(const ascm_pool *p) {
         if (run > best) best = run;
     }
     return best;
+}
+
+uint64_t ascm_pool_held_bytes_locked(const ascm_pool *p) {
+    return (p->pages_in_use + (p->paging ? p->paging->kept_count : 0)) << p->pshift;
 }
 
 uint64_t ascm_pool_used(ascm_pool *p) {

@@ -21,6 +21,7 @@
  * than the slab (huge pages) keep no spare, which would pin a whole page.
  */
 #include "internal.h"
+#include "pool_core.h"
 
 #include <stdlib.h>
 

@@ -38,6 +38,7 @@
  * address never meets the old cache.
  */
 #include "internal.h"
+#include "pool_core.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -9,6 +9,7 @@
  * whether the other thread's call finished while the batch still ran. */
 #include "../ascmem.h"
 #include "../internal.h"
+#include "../pool_core.h" /* the tests read pool internals */
 
 #include <pthread.h>
 #include <stdatomic.h>

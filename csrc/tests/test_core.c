@@ -1,6 +1,7 @@
 /* C unit tests of the core, run by `make -C csrc test` under ASan and UBSan. */
 #include "../ascmem.h"
 #include "../internal.h" /* to corrupt metadata on purpose */
+#include "../pool_core.h"
 #include "../ascmem_acl_allocator.h"
 
 #include <pthread.h>

@@ -8,6 +8,7 @@
  * thread by the pluggable functions. */
 #include "../ascmem.h"
 #include "../internal.h"
+#include "../pool_core.h" /* the tests read pool internals */
 
 #include <pthread.h>
 #include <sched.h>
