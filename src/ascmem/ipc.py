@@ -344,3 +344,69 @@ class _AclWay:
         ret = self.acl.rt.ipc_mem_close(key)
         if ret:
             raise error_for(ret, f"aclrtIpcMemClose({key!r})")
+
+
+# ---- the pyACL drop-in (ascmem.acl.rt.ipc_mem_*) ----------------------------------------
+# Same names, arguments and return conventions as pyACL; errors are aclError
+# codes, never exceptions.  A null pointer or key is the ACL layer's
+# ACL_ERROR_INVALID_PARAM (src/acl/aclrt_impl/memory.cpp lines 1775-1810); a
+# size of 0, a flag past the last one, an empty pid list, the runtime's
+# ACL_ERROR_RT_PARAM_INVALID (src/runtime/api/impl/api_error.cc lines
+# 3747-3766, 3809-3846).
+
+def _dropin(call, *args):
+    from ascmem import acl
+    from ascmem.errors import acl_code
+    try:
+        return getattr(acl.device(), call)(*args), 0
+    except Exception as exc:
+        return None, acl_code(exc)
+
+
+def ipc_mem_get_export_key(dev_ptr, size, flags):
+    """aclrtIpcMemGetExportKey -> (key, ret)."""
+    from ascmem.errors import ACL_ERROR_INVALID_PARAM
+    if not isinstance(dev_ptr, int) or isinstance(dev_ptr, bool) or not dev_ptr:
+        return "", ACL_ERROR_INVALID_PARAM
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or \
+            not isinstance(flags, int) or flags not in (EXPORT_FLAG_DEFAULT,
+                                                        EXPORT_FLAG_DISABLE_PID_VALIDATION):
+        return "", ACL_ERROR_RT_PARAM_INVALID
+    from ascmem import acl
+    from ascmem.errors import acl_code
+    try:
+        key = acl.device().ipc_export(dev_ptr, size,
+                                      any_process=flags == EXPORT_FLAG_DISABLE_PID_VALIDATION)
+        return key, 0
+    except Exception as exc:
+        return "", acl_code(exc)
+
+
+def ipc_mem_set_import_pid(key, pids):
+    """aclrtIpcMemSetImportPid -> ret."""
+    from ascmem.errors import ACL_ERROR_INVALID_PARAM
+    if not isinstance(key, str) or not key:
+        return ACL_ERROR_INVALID_PARAM
+    if not isinstance(pids, (list, tuple)) or not pids:
+        return ACL_ERROR_RT_PARAM_INVALID
+    return _dropin("ipc_allow", key, list(pids))[1]
+
+
+def ipc_mem_import_by_key(key, flags):
+    """aclrtIpcMemImportByKey -> (dev_ptr, ret)."""
+    from ascmem.errors import ACL_ERROR_INVALID_PARAM
+    if not isinstance(key, str) or not key:
+        return 0, ACL_ERROR_INVALID_PARAM
+    if not isinstance(flags, int) or flags not in (IMPORT_FLAG_DEFAULT,
+                                                   IMPORT_FLAG_ENABLE_PEER_ACCESS):
+        return 0, ACL_ERROR_RT_PARAM_INVALID
+    ptr, ret = _dropin("ipc_import", key)
+    return (ptr or 0), ret
+
+
+def ipc_mem_close(key):
+    """aclrtIpcMemClose -> ret."""
+    from ascmem.errors import ACL_ERROR_INVALID_PARAM
+    if not isinstance(key, str) or not key:
+        return ACL_ERROR_INVALID_PARAM
+    return _dropin("ipc_close", key)[1]
