@@ -26,6 +26,7 @@ import errno
 import mmap
 import os
 import secrets
+import select
 import selectors
 import socket
 import struct
@@ -49,6 +50,7 @@ _OPEN, _CLOSE = b"O", b"X"
 _REQUEST = 17
 _REPLY = struct.Struct("!iQ")
 OK, UNKNOWN, NOT_ALLOWED = 0, 1, 2
+_REQUEST_DEADLINE = 1.0  # seconds the door waits for the rest of a request
 _TIMEOUT = 10.0  # seconds an importer waits for the exporter: a stopped exporter is an error, not a hang
 
 
@@ -104,9 +106,14 @@ def _peer_pid(sock):
     return pid
 
 
-def _recv_exact(sock, n):
+def _recv_exact(sock, n, deadline=None):
+    """n bytes, or fewer if the peer hung up (or, with a deadline in
+    seconds, was too slow: a client that sends half a request does not hold
+    the door)."""
     data = b""
     while len(data) < n:
+        if deadline is not None and not select.select([sock], [], [], deadline)[0]:
+            return data
         got = sock.recv(n - len(data))
         if not got:
             return data
@@ -211,14 +218,15 @@ class Door:
             conn, _ = self.sock.accept()
         except OSError:
             return
-        conn.setblocking(True)
-        conn.settimeout(_TIMEOUT)
+        # blocking, without a timeout: importers() peeks with MSG_DONTWAIT,
+        # and reads wait through select with a deadline (_recv_exact)
+        conn.settimeout(None)
         with self.lock:
             self.sel.register(conn, selectors.EVENT_READ)
 
     def _request(self, conn):
         try:
-            req = _recv_exact(conn, _REQUEST)
+            req = _recv_exact(conn, _REQUEST, _REQUEST_DEADLINE)
         except OSError:
             req = b""
         with self.lock:
