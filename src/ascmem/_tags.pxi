@@ -282,8 +282,10 @@ cdef int _join_aligned(Device dev, uint64_t addr, object tag, uint64_t n, uint32
     cdef int kind
     cdef ascm_pool *p = ascm_device_pool_at(dev._d, addr, NULL)
     ascm_pool_usable_size(p, addr, &usable)
+    cdef ascm_pool *q
     if ascm_device_route(dev._d, n, policy, mode, &r) == ASCM_OK:
-        plain = ascm_pool_usable_for(p, r.rounded + r.pad, r.align)
+        q = ascm_device_pool(dev._d, r.kinds[0])  # where the call lands unaligned
+        plain = ascm_pool_usable_for(q if q is not NULL else p, r.rounded + r.pad, r.align)
     cost = usable - plain if usable > plain else 0
     tags.cost_at[addr] = cost
     c = tags.cost_of[tag]
