@@ -12,8 +12,10 @@ value at the same address: one copy of the weights, two processes.
 import multiprocessing as mp
 import os
 import time
+from typing import Any, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 import ascmem
 import ascmem._ipc_host  # noqa: F401  (modules loaded up front: the timings are the calls')
@@ -25,13 +27,13 @@ SHAPES = [(D_IN, D_HID), (D_HID, D_OUT)]
 NBYTES = sum(a * b for a, b in SHAPES) * 4  # float32
 
 
-def rss_mib():
+def rss_mib() -> Tuple[float, ...]:
     """(private, shared) resident MiB: a copy would show as private memory."""
     fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
     return tuple(int(fields[f].split()[0]) / 1024 for f in ("RssAnon", "RssShmem"))
 
 
-def weights_on(dev, addr):
+def weights_on(dev: ascmem.Device, addr: int) -> Tuple[npt.NDArray[Any], ...]:
     """The two weight matrices as arrays on the block's memory (no copy)."""
     flat = dev.as_array(addr, NBYTES // 4, "float32")
     w1 = flat[: D_IN * D_HID].reshape(D_IN, D_HID)
@@ -39,7 +41,7 @@ def weights_on(dev, addr):
     return flat, w1, w2
 
 
-def consumer(keys, answers):
+def consumer(keys: "mp.Queue[str]", answers: "mp.Queue[Any]") -> None:
     """The serving process: its own Device, the producer's memory."""
     answers.put(os.getpid())
     dev = ascmem.Device(backend="host")
@@ -62,9 +64,10 @@ def consumer(keys, answers):
     dev.close()
 
 
-def main():
+def main() -> int:
     ctx = mp.get_context("spawn")
-    keys, answers = ctx.Queue(), ctx.Queue()
+    keys: "mp.Queue[str]" = ctx.Queue()
+    answers: "mp.Queue[Any]" = ctx.Queue()
     proc = ctx.Process(target=consumer, args=(keys, answers))
     proc.start()
     consumer_pid = answers.get(timeout=60)
@@ -107,7 +110,7 @@ def main():
     dev.close()
     proc.join(60)
     print(f"done: consumer exit code {proc.exitcode}")
-    return proc.exitcode
+    return proc.exitcode or 0
 
 
 if __name__ == "__main__":
