@@ -321,6 +321,65 @@ def test_shareable_blocks_need_page_alignment_and_no_paging():
     d.close()
 
 
+def test_a_client_that_sends_half_a_request_does_not_hold_the_door():
+    """The door reads a request with a deadline: a stalled or garbage client
+    is hung up on, and others are served meanwhile."""
+    import socket
+    d = host_device()
+    a = d.malloc(2 * MiB, tag="shared")
+    key = d.ipc_export(a, any_process=True)
+    pid, nonce = key.split("-")[1:3]
+    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stalled.connect(f"\0ascmem-ipc-{pid}-{nonce}".encode())
+    stalled.sendall(b"O12345")                  # half a request, then nothing
+    garbage = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    garbage.connect(f"\0ascmem-ipc-{pid}-{nonce}".encode())
+    garbage.sendall(b"Z" * 17)                  # a whole request, but nonsense
+    peer = Peer("import")
+    assert peer.ask("import", key)[0] == "OK"   # served regardless
+    stalled.settimeout(TIMEOUT)
+    assert stalled.recv(64) == b""              # hung up on after the deadline
+    garbage.settimeout(TIMEOUT)
+    assert garbage.recv(64)[:4] == b"\x00\x00\x00\x01"  # UNKNOWN, then hung up
+    stalled.close()
+    garbage.close()
+    assert peer.ask("close", key) == ["OK"]
+    peer.end()
+    d.ipc_close(key)
+    d.free(a)
+    d.close()
+
+
+def test_gil_free_frees_refuse_an_exported_block():
+    """The pluggable free (no GIL, no Python) cannot free an exported block."""
+    from ascmem import pluggable as pl
+    d = ascmem.Device("atlas-training", backend="sim", device_id=49)
+    pl.configure(d)
+    try:
+        p = d.malloc(4 * MiB)
+        key = d.ipc_export(p, any_process=True)
+        pl.functions()[pl.FREE](p, 4 * MiB, 49, None)   # refused: guarded
+        assert d.usable_size(p)
+        d.ipc_close(key)
+        d.free(p)
+        d.check()
+    finally:
+        pl.unconfigure(49)
+
+
+def test_an_exported_block_cannot_sleep():
+    d = ascmem.Device("atlas-a2-training", backend="sim", paged=True)
+    p = d.malloc(4 * MiB, tag="kv")
+    key = d.ipc_export(p, any_process=True)
+    with pytest.raises(IpcBusyError):
+        d.sleep("kv")
+    d.ipc_close(key)
+    assert d.sleep("kv") > 0
+    d.wake("kv")
+    d.free(p)
+    d.check()
+
+
 # ---- sim and acl ------------------------------------------------------------------------------
 
 def test_sim_tracks_keys_and_addresses():

@@ -194,11 +194,7 @@ class Door:
 
     def _drop(self, entry, conn):
         entry.importers.pop(conn, None)
-        try:
-            self.sel.unregister(conn)
-        except (KeyError, ValueError):
-            pass
-        conn.close()
+        self._hang_up(conn)
 
     def _serve(self):
         while not self.stopping:
@@ -231,39 +227,43 @@ class Door:
             req = b""
         with self.lock:
             owner = next((e for e in self.entries.values() if conn in e.importers), None)
-            if len(req) != _REQUEST:  # the importer closed or died
+            if len(req) != _REQUEST:  # the importer closed or died (or was too slow)
                 if owner is not None:
                     self._drop(owner, conn)
                 else:
-                    self.sel.unregister(conn)
-                    conn.close()
+                    self._hang_up(conn)
                 return
             op, token = req[:1], req[1:]
             entry = self.entries.get(token)
-            try:
-                if op == _CLOSE and owner is not None:
-                    conn.sendall(_REPLY.pack(OK, 0))
-                    self._drop(owner, conn)
-                elif op != _OPEN or entry is None or owner is not None:
-                    conn.sendall(_REPLY.pack(UNKNOWN, 0))
-                    self.sel.unregister(conn)
-                    conn.close()
-                elif not entry.any_process and _peer_pid(conn) not in entry.pids:
-                    conn.sendall(_REPLY.pack(NOT_ALLOWED, 0))
-                    self.sel.unregister(conn)
-                    conn.close()
-                else:
+            if owner is not None:  # a held import: the only request left is its close
+                self._answer(conn, OK if op == _CLOSE else UNKNOWN)
+                self._drop(owner, conn)
+            elif op != _OPEN or entry is None:
+                self._answer(conn, UNKNOWN)
+                self._hang_up(conn)
+            elif not entry.any_process and _peer_pid(conn) not in entry.pids:
+                self._answer(conn, NOT_ALLOWED)
+                self._hang_up(conn)
+            else:
+                try:
                     socket.send_fds(conn, [_REPLY.pack(OK, entry.size)], [entry.fd])
                     entry.importers[conn] = _peer_pid(conn)
-            except OSError:  # the importer went away mid-answer
-                if owner is not None or (entry is not None and conn in entry.importers):
-                    self._drop(owner or entry, conn)
-                else:
-                    try:
-                        self.sel.unregister(conn)
-                    except (KeyError, ValueError):
-                        pass
-                    conn.close()
+                except OSError:  # the importer went away mid-answer
+                    self._hang_up(conn)
+
+    @staticmethod
+    def _answer(conn, status):
+        try:
+            conn.sendall(_REPLY.pack(status, 0))
+        except OSError:
+            pass  # the other side went away: hanging up is all that is left
+
+    def _hang_up(self, conn):
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
 
     def stop(self):
         self.stopping = True
