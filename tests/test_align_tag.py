@@ -53,6 +53,21 @@ def test_acl_alignment_is_bounded_by_the_runtimes_chunks():
     assert d.malloc(100, tag="hccl") % (4 * KiB) == 0
 
 
+def test_a_grown_chunk_less_aligned_than_the_tag_is_a_clear_error():
+    """acl chunks come from the runtime as it aligns them: a chunk taken
+    later (growth) may be less aligned than the tag asked; the request is
+    refused with MisalignedError, not taken misaligned."""
+    f = fake_acl.make()
+    d = ascmem.Device(backend="acl", acl_module=f, pool_sizes={"normal": (2 * MiB, 64 * MiB)})
+    d.align_tag("hccl", 2 * MiB)
+    normal_only = ascmem.Policy.NORMAL_ONLY
+    d.malloc(1 * MiB, normal_only)             # the first 2 MiB chunk has no aligned room left
+    f.rt.malloc(4 * KiB, 0)                    # the next chunk starts 4 KiB-aligned only
+    with pytest.raises(ascmem.MisalignedError):
+        d.malloc(1 * MiB, normal_only, tag="hccl")
+    d.check()
+
+
 def test_other_tags_and_untagged_blocks_are_placed_as_before():
     """An aligned group costs only its own blocks: the same sequence of
     untagged and other-tag requests gets the same usable sizes with or
@@ -116,6 +131,18 @@ def test_bad_alignments_are_typed_errors():
     a = d.malloc(100, tag="t")                 # nothing was set
     assert d.usable_size(a) < 4096
     d.check()
+
+
+def test_a_growing_pool_grows_enough_for_an_aligned_block():
+    """A 2 MiB-aligned block of 2 MiB needs up to 4 MiB - 4 KiB of free range
+    to slide to its alignment: growth takes that much, not just 2 MiB."""
+    d = ascmem.Device(backend="host", pool_sizes={"normal": (2 * MiB, 64 * MiB)})
+    d.align_tag("hccl", 2 * MiB)
+    a = d.malloc(1 * MiB, ascmem.Policy.NORMAL_ONLY, tag="hccl")
+    assert a % (2 * MiB) == 0 and d.usable_size(a) == 2 * MiB
+    d.free(a)
+    d.check()
+    d.close()
 
 
 def test_alignment_can_be_dropped_and_survives_reset():

@@ -380,6 +380,34 @@ def test_an_exported_block_cannot_sleep():
     d.check()
 
 
+def test_a_forked_child_closes_its_copy_of_an_export_cleanly():
+    """A host Device copied by fork(): the child's door is its own (the
+    parent's thread is not in the child); closing the copied export raises
+    nothing raw, and the parent's export is untouched."""
+    d = host_device()
+    a = d.malloc(2 * MiB, tag="shared")
+    key = d.ipc_export(a, any_process=True)
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, an exit code only
+        code = 1
+        try:
+            d.ipc_close(key)
+            d.free(a)
+            code = 0
+        except BaseException:
+            pass
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    peer = Peer("import")
+    assert peer.ask("import", key)[0] == "OK"   # the parent still serves it
+    assert peer.ask("close", key) == ["OK"]
+    peer.end()
+    d.ipc_close(key)
+    d.free(a)
+    d.close()
+
+
 # ---- sim and acl ------------------------------------------------------------------------------
 
 def test_sim_tracks_keys_and_addresses():

@@ -166,6 +166,10 @@ cdef uint64_t _alloc_slow(Device dev, int st, uint64_t size, uint32_t policy, in
         return addr
     if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
         ascm_device_count_failure(dev._d, kind)
+    if st == ASCM_ERR_INVAL and align and size:  # a chunk (acl, grown) less aligned than the tag
+        raise MisalignedError(f"{call}: the {MemKind(kind).name.lower() if kind >= 0 else ''} "
+                              f"chunks the upstream handed out are not aligned to {align} bytes, "
+                              f"the tag's alignment (align_tag)")
     _raise_alloc_failure(dev, st, size, policy_obj, kind, call)
 
 

@@ -167,13 +167,19 @@ class Door:
 
     def allow(self, token, pids):
         with self.lock:
-            self.entries[token].pids.update(pids)
+            entry = self.entries.get(token)
+            if entry is not None:
+                entry.pids.update(pids)
 
     def importers(self, token):
         """The pids that hold an import of token now (a dead one's
-        connection has reached its end and is dropped first)."""
+        connection has reached its end and is dropped first).  A token this
+        door never served (a Device copied by fork(): its parent's door
+        served it) has none."""
         with self.lock:
-            entry = self.entries[token]
+            entry = self.entries.get(token)
+            if entry is None:
+                return []
             for conn in list(entry.importers):
                 try:
                     gone = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -188,8 +194,8 @@ class Door:
     def remove(self, token):
         """The export is closed: the token opens nothing any more."""
         with self.lock:
-            entry = self.entries.pop(token)
-            for conn in list(entry.importers):
+            entry = self.entries.pop(token, None)
+            for conn in list(entry.importers if entry is not None else ()):
                 self._drop(entry, conn)
 
     def _drop(self, entry, conn):
