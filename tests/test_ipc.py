@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ascmem
 from ascmem import acl as aacl
@@ -515,3 +516,63 @@ def test_pyacl_drop_in():
         assert aacl.rt.free(ptr) == 0
     finally:
         aacl.use(None)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 7)), max_size=40))
+def test_sim_bookkeeping_under_any_order_of_calls(ops):
+    """Any order of allocate / export / import / close / free on two
+    simulated devices: a free is refused exactly while the block is
+    exported, an exporter's close exactly while it is imported; the
+    allocator stays intact and ends empty."""
+    a, b = ascmem.Device(backend="sim"), ascmem.Device(backend="sim", device_id=3)
+    a.align_tag("t", 2 * MiB)
+    blocks, keys_of, imported = [], {}, set()     # keys_of: block -> its open keys
+    for op, i in ops:
+        try:
+            if op == 0:
+                blocks.append(a.malloc((i + 1) * 100_000, tag="t" if i % 2 else None))
+                keys_of[blocks[-1]] = []
+            elif op == 1 and blocks:
+                p = blocks[i % len(blocks)]
+                keys_of[p].append(a.ipc_export(p, pids=[os.getpid()] if i % 3 else ()))
+            elif op == 2 and blocks:
+                p = blocks[i % len(blocks)]
+                if keys_of[p]:
+                    with pytest.raises(IpcBusyError):
+                        a.free(p)
+                else:
+                    a.free(p)
+                    blocks.remove(p)
+                    del keys_of[p]
+            else:
+                keys = [k for ks in keys_of.values() for k in ks]
+                if not keys:
+                    continue
+                k = keys[i % len(keys)]
+                if op == 3 and k not in imported:
+                    b.ipc_import(k)
+                    imported.add(k)
+                elif op == 4 and k in imported:
+                    b.ipc_close(k)
+                    imported.discard(k)
+                elif op == 5:
+                    if k in imported:
+                        with pytest.raises(IpcBusyError):
+                            a.ipc_close(k)
+                    else:
+                        a.ipc_close(k)
+                        for ks in keys_of.values():
+                            if k in ks:
+                                ks.remove(k)
+        except IpcPermissionError:
+            pass  # exported with no pid: nobody may import
+        a.check()
+    for k in list(imported):
+        b.ipc_close(k)
+    for p, ks in keys_of.items():
+        for k in ks:
+            a.ipc_close(k)
+        a.free(p)
+    a.check()
+    assert a.stats()["normal"]["live_count"] == a.stats()["huge"]["live_count"] == 0
