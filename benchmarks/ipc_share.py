@@ -7,7 +7,6 @@ touches: the pages are the exporter's).
     python benchmarks/ipc_share.py [--size-gib 1] [--repeat 5]
 """
 import argparse
-import os
 import subprocess
 import sys
 import time

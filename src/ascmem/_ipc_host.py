@@ -22,7 +22,6 @@ dies, the exporter knows it has one importer fewer.
 """
 
 import ctypes
-import errno
 import mmap
 import os
 import secrets
@@ -393,7 +392,3 @@ class Connection:
             pass  # the exporter died: its memory went when the mapping did
         finally:
             self.sock.close()
-
-
-def errno_name(e):
-    return errno.errorcode.get(e, str(e))
