@@ -333,6 +333,11 @@ int ascm_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
 int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,
                            int *kind, int *events);
 void ascm_device_count_failure(ascm_device *d, int kind);
+/* As ascm_device_try_malloc_held, for an aligned group: the block starts
+ * at a multiple of align (a power of two) and its usable size is one too;
+ * ASCM_ERR_INVAL for an align that is not a power of two. */
+int ascm_device_try_malloc_aligned_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                        uint64_t align, uint64_t *addr, int *kind, int *events);
 /* The same calls without the gate's two atomic operations, for a caller that
  * holds the lock every reset and close of this device is made under (the
  * Python Device: the GIL, which ascm_device_reset never releases), so that

@@ -328,6 +328,30 @@ ASCM_SPECIALISED int device_try(ascm_device *d, uint64_t size, uint32_t policy, 
     return st;
 }
 
+/* An aligned group's request (Device.align_tag): the route of the call, its
+ * size (pad included) rounded up to a multiple of align and placed at a
+ * multiple of align, so that both the start and the usable size are
+ * multiples of it; the kinds are tried as the route says.  align: a power
+ * of two (ASCM_ERR_INVAL otherwise, or when rounding would wrap). */
+static int device_try_aligned(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                              uint64_t align, uint64_t *addr, int *kind, int *events) {
+    *events = 0;
+    *kind = -1;
+    if (align == 0 || (align & (align - 1))) return ASCM_ERR_INVAL;
+    ascm_route r;
+    int st = route(d, size, policy, mode, &r);
+    if (st != ASCM_OK) return st;
+    uint64_t whole = r.rounded + r.pad;
+    if (whole > UINT64_MAX - align) return ASCM_ERR_NOMEM; /* no device has this much */
+    r.rounded = (whole + align - 1) & ~(align - 1);
+    r.pad = 0;
+    if (align > r.align) r.align = align;
+    *kind = r.kinds[0];
+    st = try_kind(d, r.kinds[0], r.rounded, 0, r.align, addr);
+    if (st != ASCM_OK) st = try_rest(d, &r, st, addr, kind, events);
+    return st;
+}
+
 /* An allocation refused because the device is closed (or shut for a reset). */
 static inline int refused(int *kind, int *events) {
     *events = 0;
@@ -340,6 +364,13 @@ ASCM_ENTRY int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32
     if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed)))
         return refused(kind, events);
     return device_try(d, size, policy, mode, addr, kind, events);
+}
+
+int ascm_device_try_malloc_aligned_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                        uint64_t align, uint64_t *addr, int *kind, int *events) {
+    if (ASCM_UNLIKELY(atomic_load_explicit(&d->closed, memory_order_relaxed)))
+        return refused(kind, events);
+    return device_try_aligned(d, size, policy, mode, align, addr, kind, events);
 }
 
 int ascm_device_try_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode, uint64_t *addr,

@@ -2,6 +2,8 @@
 available here).  It enforces pyACL's signatures and return conventions:
 allocations return (ptr, ret), frees return ret, bad arguments give
 ACL_ERROR_INVALID_PARAM, and every call is recorded."""
+import os
+import secrets
 import types
 
 ACL_SUCCESS = 0
@@ -9,6 +11,8 @@ ACL_ERROR_INVALID_PARAM = 100000
 ACL_ERROR_BAD_ALLOC = 200000
 ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
 ACL_ERROR_RT_MEMORY_FREE = 207002
+ACL_ERROR_RT_PARAM_INVALID = 107000
+ACL_ERROR_RT_NO_PERMISSION = 207006
 
 
 # aclrtMemAttr (hicann/runtime include/external/acl/acl_rt.h lines 227-246) and
@@ -335,6 +339,78 @@ def make(capacity=None, fail=None, granule=2 << 20):
             contents.pop(handle, None)
         return ACL_SUCCESS
 
+    # IPC memory (hicann/runtime docs/zh/api_ref/11-07_IPC_memory_sharing.md).
+    # One stand-in is one process's runtime; mod.pid is the process calling
+    # it (a test sets another pid to act as the importing process).
+    # Null pointers and keys are refused by the ACL layer (100000:
+    # src/acl/aclrt_impl/memory.cpp lines 1775-1810); a size of 0, a flag
+    # past the last one, or an empty pid list by the runtime's checks
+    # (107000: src/runtime/api/impl/api_error.cc lines 3747-3766, 3809-3846).
+    # An exporter's close destroys the name whatever importers remain, as the
+    # runtime's does (api_impl_standard_soc.cc lines 748-805): the order
+    # (importers first) is the caller's to keep.  The driver's answers (a pid
+    # not on the allow-list, a name it does not know) are not in the open
+    # source: 207006 and 107000 are assumed.
+    ipc_names = {}    # name -> {"ptr", "size", "pids", "any", "owner"}
+    ipc_imports = {}  # (pid, name) -> [importer addresses]
+    next_import = [0x7800_0000_0000]
+
+    def ipc_mem_get_export_key(dev_ptr, size, flags):
+        record("rt.ipc_mem_get_export_key", dev_ptr, size, flags)
+        if not isinstance(dev_ptr, int) or not dev_ptr:
+            return "", ACL_ERROR_INVALID_PARAM
+        if not isinstance(size, int) or size <= 0 or not isinstance(flags, int) or not 0 <= flags <= 1:
+            return "", ACL_ERROR_RT_PARAM_INVALID
+        if not any(p <= dev_ptr and dev_ptr + size <= p + n for p, n in live.items()):
+            return "", ACL_ERROR_RT_PARAM_INVALID
+        name = secrets.token_hex(16)
+        ipc_names[name] = {"ptr": dev_ptr, "size": size, "pids": set(), "any": flags == 1,
+                           "owner": mod.pid}
+        return name, ACL_SUCCESS
+
+    def ipc_mem_set_import_pid(key, pids):
+        record("rt.ipc_mem_set_import_pid", key, list(pids) if isinstance(pids, (list, tuple)) else pids)
+        if not isinstance(key, str) or not key:
+            return ACL_ERROR_INVALID_PARAM
+        if not isinstance(pids, (list, tuple)) or not pids or \
+                not all(isinstance(p, int) for p in pids):
+            return ACL_ERROR_RT_PARAM_INVALID
+        if key not in ipc_names:
+            return ACL_ERROR_RT_PARAM_INVALID
+        ipc_names[key]["pids"].update(pids)
+        return ACL_SUCCESS
+
+    def ipc_mem_import_by_key(key, flags):
+        record("rt.ipc_mem_import_by_key", key, flags)
+        if not isinstance(key, str) or not key:
+            return 0, ACL_ERROR_INVALID_PARAM
+        if not isinstance(flags, int) or not 0 <= flags <= 1:
+            return 0, ACL_ERROR_RT_PARAM_INVALID
+        e = ipc_names.get(key)
+        if e is None:
+            return 0, ACL_ERROR_RT_PARAM_INVALID
+        if not e["any"] and mod.pid not in e["pids"]:
+            return 0, ACL_ERROR_RT_NO_PERMISSION
+        va = next_import[0]
+        next_import[0] += (e["size"] + granule - 1) // granule * granule
+        ipc_imports.setdefault((mod.pid, key), []).append(va)
+        return va, ACL_SUCCESS
+
+    def ipc_mem_close(key):
+        record("rt.ipc_mem_close", key)
+        if not isinstance(key, str) or not key:
+            return ACL_ERROR_INVALID_PARAM
+        vas = ipc_imports.get((mod.pid, key))
+        if vas:  # this process imported it: one import closes
+            vas.pop(0)
+            if not vas:
+                del ipc_imports[(mod.pid, key)]
+            return ACL_SUCCESS
+        if key in ipc_names:
+            del ipc_names[key]
+            return ACL_SUCCESS
+        return ACL_ERROR_RT_PARAM_INVALID
+
     mod = types.SimpleNamespace(
         rt=types.SimpleNamespace(
             malloc=malloc, malloc_align32=malloc_align32,
@@ -358,12 +434,15 @@ def make(capacity=None, fail=None, granule=2 << 20):
             allocator_set_get_addr_from_block_func_to_desc=_setter(
                 "allocator_set_get_addr_from_block_func_to_desc", "get_addr_from_block"),
             allocator_register=allocator_register, allocator_get_by_stream=allocator_get_by_stream,
-            allocator_unregister=allocator_unregister),
+            allocator_unregister=allocator_unregister,
+            ipc_mem_get_export_key=ipc_mem_get_export_key,
+            ipc_mem_set_import_pid=ipc_mem_set_import_pid,
+            ipc_mem_import_by_key=ipc_mem_import_by_key, ipc_mem_close=ipc_mem_close),
         media=types.SimpleNamespace(
             dvpp_malloc=lambda size: _alloc("media.dvpp_malloc", size),
             dvpp_free=lambda ptr: _free("media.dvpp_free", ptr)),
         calls=calls, live=live, capacity=capacity, fail=fail, events=events, finish=finish,
         reserved=reserved, physical=physical, physical_props=physical_props, mapped=mapped,
         waits=waits, descs=descs, doomed=doomed,
-        registered=registered)
+        registered=registered, ipc_names=ipc_names, ipc_imports=ipc_imports, pid=os.getpid())
     return mod

@@ -862,6 +862,46 @@ static void test_device_default_route(void) {
     ascm_device_destroy(d);
 }
 
+/* An aligned group's request (ascm_device_try_malloc_aligned_held): start
+ * and usable size multiples of the alignment whatever the call and policy;
+ * an alignment that is not a power of two is refused; other requests keep
+ * their placement. */
+static void test_device_aligned_requests(void) {
+    ascm_device_config cfg = huge_and_normal();
+    cfg.budget.reserve = 16u << 20;
+    cfg.budget.shared = 64u << 20;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    const uint64_t mib = 1u << 20;
+    const uint64_t sizes[] = {1, 100, 40000, mib + 3, 3 * mib};
+    const uint64_t aligns[] = {64, 4096, 65536, 2 * mib};
+    int kind, events;
+    for (size_t m = 0; m < 2; m++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (size_t j = 0; j < sizeof aligns / sizeof aligns[0]; j++) {
+                uint64_t a, usable, plain;
+                CHECK(ascm_device_try_malloc_aligned_held(d, sizes[i], 0, (int)m, aligns[j], &a, &kind,
+                                                          &events) == ASCM_OK);
+                CHECK(a % aligns[j] == 0);
+                CHECK(ascm_pool_usable_size(ascm_device_pool_at(d, a, NULL), a, &usable) == ASCM_OK);
+                CHECK(usable % aligns[j] == 0 && usable >= sizes[i] + 32);
+                CHECK(ascm_device_malloc(d, 100, 0, ASCM_SIZE_MALLOC, &plain, &kind, &events) == ASCM_OK);
+                CHECK(ascm_pool_usable_size(ascm_device_pool_at(d, plain, NULL), plain, &usable) == ASCM_OK);
+                CHECK(usable < 4096); /* an unaligned neighbour stays small */
+                CHECK(ascm_device_free(d, plain, 0x1F, &kind) == ASCM_OK);
+                CHECK(ascm_device_free(d, a, 0x1F, &kind) == ASCM_OK);
+            }
+    uint64_t a;
+    CHECK(ascm_device_try_malloc_aligned_held(d, 100, 0, ASCM_SIZE_MALLOC, 3, &a, &kind, &events) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_try_malloc_aligned_held(d, 100, 0, ASCM_SIZE_MALLOC, 0, &a, &kind, &events) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_try_malloc_aligned_held(d, 0, 0, ASCM_SIZE_MALLOC, 64, &a, &kind, &events) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_try_malloc_aligned_held(d, 100, 0, ASCM_SIZE_MALLOC, 1ull << 63, &a, &kind,
+                                              &events) != ASCM_OK);
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+    ascm_device_destroy(d);
+}
+
 /* A free looks first where the last free found its block (device.c,
  * device_free): whatever that hint says, a free finds the block's kind, and
  * a block of a kind the caller did not name is refused with its kind said. */
@@ -1480,6 +1520,7 @@ int main(void) {
         {"exhaustion_soak", test_exhaustion_soak},
         {"device_chunks", test_device_chunks},
         {"device_default_route", test_device_default_route},
+        {"device_aligned_requests", test_device_aligned_requests},
         {"device_free_kind_hint", test_device_free_kind_hint},
         {"check_detects_corruption", test_check_detects_corruption},
         {"device_reset_and_close_under_raw_callers", test_device_reset_and_close_under_raw_callers},

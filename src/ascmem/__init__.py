@@ -8,7 +8,8 @@ import os as _os
 
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
                            DeviceClosedError,
-                           InvalidArgumentError, InvalidFreeError, MisalignedError, OutOfMemoryError,
+                           InvalidArgumentError, InvalidFreeError, IpcBusyError, IpcKeyError,
+                           IpcPermissionError, MisalignedError, OutOfMemoryError,
                            PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
@@ -33,7 +34,8 @@ __all__ = [
     "AscmemError", "ArgumentTypeError", "BuddyAllocator", "ClosedError", "CorruptionError",
     "Device",
     "DeviceClosedError",
-    "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "MisalignedError",
+    "InvalidArgumentError", "InvalidFreeError", "IpcBusyError", "IpcKeyError", "IpcPermissionError",
+    "MemAttr", "MemKind", "MisalignedError",
     "OutOfMemoryError",
     "Policy", "Pool", "PrecautionWarning", "Statistics", "UnsupportedError", "get_include",
     "plan", "profiles", "statistics",

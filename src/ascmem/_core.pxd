@@ -139,6 +139,9 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_count_failure(ascm_device *d, int kind)
     int ascm_device_try_malloc_held(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                                     uint64_t *addr, int *kind, int *events)
+    int ascm_device_try_malloc_aligned_held(ascm_device *d, uint64_t size, uint32_t policy,
+                                            int mode, uint64_t align, uint64_t *addr, int *kind,
+                                            int *events)
     int ascm_device_free_held(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_guard(ascm_device *d, uint64_t addr)
     void ascm_device_unguard(ascm_device *d, uint64_t addr)

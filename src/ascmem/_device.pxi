@@ -262,6 +262,46 @@ cdef class Device(_DeviceReadout):
         raised.  Returns the bytes mapped."""
         return _wake_tag(self, tag)
 
+    # ---- aligned groups, sharing between processes (_tags.pxi, ascmem/ipc.py) -------
+
+    def align_tag(self, tag, alignment, *, shareable=False):
+        """Every later block allocated with tag starts on a multiple of
+        alignment (a power of two up to 1 GiB: 2 MiB for HCCL, 64 KiB...)
+        and has a usable size that is a multiple of it; other tags' and
+        untagged blocks are placed as before.  stats()["aligned"] and
+        memory_stats() show what it costs.  shareable: its blocks can be
+        exported (ipc_export); on the host backend they live in shared
+        memory, which needs an alignment of at least the OS page.
+        alignment None: later blocks of tag are placed as usual again."""
+        _align_tag(self, tag, alignment, shareable)
+
+    def ipc_export(self, ptr, size=None, *, pids=(), any_process=False):
+        """aclrtIpcMemGetExportKey: a key (a str of at most 64 characters)
+        another process passes to ipc_import to reach this live block's
+        bytes (the first size of them; default all).  Only the processes in
+        pids (and those ipc_allow adds) may import, unless any_process.  The
+        block cannot be freed until ipc_close(key).  Host backend: the block
+        must be of a shareable tag (align_tag)."""
+        return _ipc_export(self, ptr, size, pids, any_process)
+
+    def ipc_allow(self, key, pids):
+        """aclrtIpcMemSetImportPid: more processes may import key."""
+        _require_open(self, "ipc_allow")
+        _ipc_state(self).allow(key, pids)
+
+    def ipc_import(self, key):
+        """aclrtIpcMemImportByKey: the address, in this process, of the
+        exporter's block (no copy: its bytes, as the exporter writes them;
+        host: read and written through buffer() / as_array())."""
+        _require_open(self, "ipc_import")
+        return _ipc_state(self).import_(key)
+
+    def ipc_close(self, key):
+        """aclrtIpcMemClose, on either side: an importer unmaps; the exporter
+        ends the export (refused with IpcBusyError while importers hold
+        it), after which the block may be freed."""
+        _ipc_close(self, key)
+
     @property
     def resets(self):
         """How many times reset() (or restart()) freed every block: what was
@@ -293,7 +333,9 @@ cdef class Device(_DeviceReadout):
         if not parts.up.readable:
             raise UnsupportedError(f"the {self.backend} backend holds no memory the host can "
                                    f"read; use backend='host'")
-        if p is NULL or parts.ledger.waits(a) or ascm_pool_requested_size(p, a, &usable) != ASCM_OK:
+        usable = _ipc_buffer_size(parts, a) if p is NULL else 0  # an imported range
+        if not usable and (p is NULL or parts.ledger.waits(a) or
+                           ascm_pool_requested_size(p, a, &usable) != ASCM_OK):
             raise InvalidFreeError(f"{a:#x} is not the start of a live block")
         if parts.tags.asleep_tag(a) is not None:
             raise InvalidArgumentError(f"buffer: {a:#x} belongs to tag "
@@ -303,7 +345,8 @@ cdef class Device(_DeviceReadout):
         n = usable if nbytes is None else as_u64(nbytes, "nbytes")
         if n == 0 or n > usable:
             raise InvalidArgumentError(f"nbytes {n} does not fit the block's {usable} bytes")
-        _guard(self, a)  # viewed once, freed here only
+        if p is not NULL:
+            _guard(self, a)  # viewed once, freed here only
         return memoryview(_make_block_buffer(self, parts.views, a, n))
 
     def as_array(self, ptr, shape, dtype="uint8"):
@@ -468,6 +511,7 @@ cdef class Device(_DeviceReadout):
             with nogil:
                 ascm_device_close(self._d)  # waits out callers inside
         parts.ledger.drop_events()
+        parts.tags.clear()  # exports end, imports are unmapped (ascmem/ipc.py)
         if parts.mapper is not None:
             parts.mapper.release_all()
         parts.growth.close()

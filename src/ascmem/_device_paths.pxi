@@ -53,11 +53,18 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
     cdef uint64_t want, n = as_u64(size, "size")
     cdef ascm_pool *p
     cdef uint32_t pol = _policy(policy)
+    cdef uint64_t align = 0
     if tag is not None:
         _check_tag(tag)
         if tag in parts.tags.sleeping:
             raise InvalidArgumentError(f"{call}: tag {tag!r} is asleep: wake it first")
-    if st == -1:
+        align = parts.tags.alignment_of(tag)  # an aligned group (align_tag): its own placement
+    if align:
+        if stream is not None:
+            _check_stream(stream)  # a block freed on a stream fits other sizes: never reused here
+        st = _try_malloc(dev, n, pol, mode, align, &addr, &kind, &events)
+        want = n
+    elif st == -1:
         if stream is not None:
             _check_stream(stream)
             # debug mode re-checks guard bytes at every real free: no reuse
@@ -77,7 +84,7 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
         _notice_events(dev, events)
     if st != ASCM_OK:  # media and host calls take no policy: their messages show none
         addr = _alloc_slow(dev, st, want, pol, mode, kind,
-                           policy if mode <= ASCM_SIZE_ALIGN32 else None, call)
+                           policy if mode <= ASCM_SIZE_ALIGN32 else None, call, align)
     if not parts.apply_maps():  # acl, paged: the runtime refused physical memory
         p = ascm_device_pool_at(dev._d, addr, NULL)
         ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
@@ -93,9 +100,20 @@ cdef object _alloc_body(Device dev, object size, object policy, int mode, object
                                f"block's granules ({parts.mapper.error}); nothing stays mapped")
     if tag is not None:
         _track_tag(dev, addr, tag)
-    if parts.guards is not None:
+        if align:
+            _join_aligned(dev, addr, tag, n, pol, mode)
+    if parts.guards is not None and not align:  # guard bytes would break the size rule
         return parts.guards.place(addr, n)
     return addr
+
+
+cdef inline int _try_malloc(Device dev, uint64_t size, uint32_t policy, int mode, uint64_t align,
+                            uint64_t *addr, int *kind, int *events):
+    """One try of the C device: aligned (an align_tag group) when align is not 0."""
+    if align:
+        return ascm_device_try_malloc_aligned_held(dev._d, size, policy, mode, align, addr, kind,
+                                                   events)
+    return ascm_device_try_malloc_held(dev._d, size, policy, mode, addr, kind, events)
 
 
 cdef int _guard(Device dev, uint64_t addr) except -1:
@@ -124,7 +142,7 @@ cdef int _track_tag(Device dev, uint64_t addr, object tag) except -1:
 
 
 cdef uint64_t _alloc_slow(Device dev, int st, uint64_t size, uint32_t policy, int mode, int kind,
-                          object policy_obj, str call) except? 0:
+                          object policy_obj, str call, uint64_t align=0) except? 0:
     """The first try failed with st: waits out a reset in progress; on a
     lack of room frees what streams are done with and what is cached, then
     asks the user's callback; the request counts once as failed."""
@@ -133,21 +151,25 @@ cdef uint64_t _alloc_slow(Device dev, int st, uint64_t size, uint32_t policy, in
     cdef int events = 0
     while st == ASCM_ERR_CLOSED:  # resets in progress (raises once closed for good)
         _wait_reset(dev, call)
-        st = ascm_device_try_malloc_held(dev._d, size, policy, mode, &addr, &kind, &events)
+        st = _try_malloc(dev, size, policy, mode, align, &addr, &kind, &events)
     if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
         dev.process_events()
         ascm_device_trim(dev._d)
-        st = ascm_device_try_malloc_held(dev._d, size, policy, mode, &addr, &kind, &events)
+        st = _try_malloc(dev, size, policy, mode, align, &addr, &kind, &events)
         if st != ASCM_OK and parts.oom_callback is not None:
             if parts.oom_callback(_oom_info(dev, size, kind)):
                 parts.counters["oom_retries"] += 1
-                st = ascm_device_try_malloc_held(dev._d, size, policy, mode, &addr, &kind, &events)
+                st = _try_malloc(dev, size, policy, mode, align, &addr, &kind, &events)
     if events:
         _notice_events(dev, events)
     if st == ASCM_OK:
         return addr
     if st in (ASCM_ERR_NOMEM, ASCM_ERR_BUDGET):
         ascm_device_count_failure(dev._d, kind)
+    if st == ASCM_ERR_INVAL and align and size:  # a chunk (acl, grown) less aligned than the tag
+        raise MisalignedError(f"{call}: the {MemKind(kind).name.lower() if kind >= 0 else ''} "
+                              f"chunks the upstream handed out are not aligned to {align} bytes, "
+                              f"the tag's alignment (align_tag)")
     _raise_alloc_failure(dev, st, size, policy_obj, kind, call)
 
 
@@ -203,6 +225,7 @@ cdef _free_slow_body(Device dev, uint64_t addr, unsigned mask, object stream, st
                                f"view(s); drop them (del / release()) before freeing")
     if p is NULL or not (mask >> k) & 1 or ascm_pool_usable_size(p, addr, &usable) != ASCM_OK:
         _raise(ASCM_ERR_BADFREE, _bad_pointer(dev, addr, k, call, mask))
+    _refuse_exported(parts, addr, call)
     awake = parts.tags.asleep_tag(addr) is None
     parts.tags.forget(addr)  # the block is no longer the caller's, whenever it is freed
     if stream is not None:  # it may wait for the stream: guarded until then (free_held drops it);

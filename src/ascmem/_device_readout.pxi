@@ -181,6 +181,8 @@ cdef class _DeviceReadout:
                              pending_bytes=parts.ledger.pending_bytes, closed=parts.closed,
                              asleep_bytes=parts.tags.asleep_bytes(self._d),
                              **parts.counters)
+        if parts.tags.cost_of:  # only once align_tag was used: other readers see kinds as before
+            out["aligned"] = _alignment_stats(parts.tags)
         return out
 
     def snapshot(self):

@@ -10,6 +10,11 @@ cdef int _grow_hook(void *ctx, int kind, uint64_t size, uint64_t align,
     """The C device asks for another chunk (see ascm_grow_fn)."""
     cdef _Growth g = <_Growth>ctx
     try:
+        # a block aligned past the pools' unit (4 KiB: _budget_config) needs
+        # room to slide its start to the alignment (csrc/fit.c, take: n +
+        # align_units - 1): the chunk is grown by that much more
+        if align > 4096:
+            size += align - 4096
         return ASCM_OK if g.grow(kind, size, generation) else ASCM_ERR_NOMEM
     except BaseException as e:  # never let an exception cross into C
         g.error = f"growing the pool raised {e!r}"

@@ -8,6 +8,8 @@
 
 from libc.string cimport memcpy
 
+from ascmem.errors import IpcBusyError
+
 
 @cython.final
 cdef class _TagRegistry:
@@ -15,12 +17,21 @@ cdef class _TagRegistry:
     cdef dict tag_of        # address -> tag
     cdef dict members       # tag -> set of addresses
     cdef dict sleeping      # tag -> {address: saved bytes (None: not kept) or False: resident}
-    cdef Py_ssize_t tracked # tagged live blocks: the free path's one test
+    cdef Py_ssize_t tracked # tagged live blocks and open exports: the free path's one test
+    cdef dict aligned       # tag -> alignment of its later blocks (align_tag)
+    cdef set shareable      # tags whose blocks can be exported (align_tag(shareable=True))
+    cdef dict cost_at       # address -> bytes the alignment added to that live block
+    cdef dict cost_of       # tag -> [bytes now, peak bytes, live aligned blocks]
+    cdef object ipc         # ascmem.ipc.IpcState, made on first use (None before)
 
     def __cinit__(self):
         self.tag_of = {}
         self.members = {}
         self.sleeping = {}
+        self.aligned = {}
+        self.shareable = set()
+        self.cost_at = {}
+        self.cost_of = {}
 
     cdef add(self, uint64_t addr, object tag):
         self.tag_of[addr] = tag
@@ -39,6 +50,13 @@ cdef class _TagRegistry:
         if saved is not None:
             saved.pop(addr, None)
         self.tracked -= 1
+        cost = self.cost_at.pop(addr, None)
+        if cost is not None:
+            c = self.cost_of[tag]
+            c[0] -= cost
+            c[2] -= 1
+        if self.ipc is not None:
+            self.ipc.forget_block(addr)  # host: private memory back under the block
 
     cdef object asleep_tag(self, uint64_t addr):
         """The tag of addr if that tag sleeps, else None."""
@@ -56,11 +74,20 @@ cdef class _TagRegistry:
                     total += n
         return total
 
+    cdef uint64_t alignment_of(self, object tag) except? 0:
+        return self.aligned.get(tag, 0) if self.aligned else 0
+
     cdef clear(self):
+        """Every block is gone (reset, close); the tags' alignments stay."""
         self.tag_of.clear()
         self.members.clear()
         self.sleeping.clear()
         self.tracked = 0
+        self.cost_at.clear()
+        for c in self.cost_of.values():
+            c[0] = c[2] = 0
+        if self.ipc is not None:
+            self.ipc.drop_all()
 
 
 cdef inline _check_tag(object tag):
@@ -91,6 +118,7 @@ cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
         raise InvalidArgumentError(f"sleep: tag {tag!r} is asleep already")
     addrs = sorted(tags.members.get(tag, ()))
     for a in addrs:
+        _refuse_exported(parts, a, "sleep")  # importers map it
         if parts.views.of(a):
             raise InvalidArgumentError(f"sleep: {a:#x} of tag {tag!r} has a live buffer view")
     copies = {}
@@ -174,3 +202,169 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
     if not tags.members.get(tag, True):
         del tags.members[tag]
     return mapped
+
+
+# ---- aligned groups (Device.align_tag) ------------------------------------------------
+
+_MAX_ALIGNMENT = 1 << 30  # the largest page any kind has (huge1g)
+
+
+cdef _align_tag(Device dev, object tag, object alignment, bint shareable):
+    """Device.align_tag."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef _TagRegistry tags = parts.tags
+    cdef uint64_t a
+    _require_open(dev, "align_tag")
+    _check_tag(tag)
+    if tag is None:
+        raise InvalidArgumentError("align_tag: None is no tag (untagged blocks stay as they are)")
+    if alignment is None:
+        if shareable:
+            raise InvalidArgumentError("align_tag: a shareable tag needs an alignment")
+        tags.aligned.pop(tag, None)
+        tags.shareable.discard(tag)
+        return
+    a = as_u64(alignment, "alignment")
+    if a == 0 or a & (a - 1):
+        raise InvalidArgumentError(f"align_tag: alignment {alignment} is not a power of two")
+    if a > _MAX_ALIGNMENT:
+        raise InvalidArgumentError(f"align_tag: alignment {_fmt_bytes(a)} is larger than the "
+                                   f"largest page ({_fmt_bytes(_MAX_ALIGNMENT)})")
+    if a > _chunk_alignment(dev):
+        raise InvalidArgumentError(f"align_tag: alignment {_fmt_bytes(a)} is larger than the "
+                                   f"{dev.backend} backend's chunks are aligned "
+                                   f"({_fmt_bytes(_chunk_alignment(dev))}): a pool aligns its "
+                                   f"blocks relative to its chunk's start")
+    if shareable and parts.up.readable and a % _PAGE:
+        raise InvalidArgumentError(f"align_tag: a shareable tag on the host backend needs an "
+                                   f"alignment of at least the OS page ({_PAGE} bytes): its "
+                                   f"blocks are mapped from shared memory page by page")
+    if shareable and parts.paged and parts.up.readable:
+        raise UnsupportedError("align_tag: shareable tags on a paged host device (the pool maps "
+                               "and unmaps its granules itself)")
+    tags.aligned[tag] = a
+    if shareable:
+        tags.shareable.add(tag)
+    else:
+        tags.shareable.discard(tag)
+    tags.cost_of.setdefault(tag, [0, 0, 0])
+
+
+cdef uint64_t _chunk_alignment(Device dev):
+    """The largest alignment every block of the device can get: host chunks
+    are reserved 2 MiB-aligned (_HostUpstream.take); simulated ranges are
+    aligned far past any page; on acl, the alignment of the chunks the
+    runtime handed out (aclrtMalloc promises no more than its page)."""
+    cdef uint64_t base, size, least = _MAX_ALIGNMENT
+    if dev.backend == "sim":
+        return _MAX_ALIGNMENT
+    if dev.backend == "host":
+        return _CHUNK_ALIGN
+    for k in range(ASCM_KINDS):
+        if ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
+            continue
+        for i in range(ascm_device_chunk_count(dev._d, k)):
+            if ascm_device_chunk(dev._d, k, i, &base, &size) is not NULL and base:
+                least = min(least, base & -base)
+    return least
+
+
+cdef int _join_aligned(Device dev, uint64_t addr, object tag, uint64_t n, uint32_t policy,
+                       int mode) except -1:
+    """A new block of an aligned tag (tracked already): what the alignment
+    cost it, and, for a shareable tag on the host backend, its own shared
+    memory.  If that is refused, the block is freed again and the error
+    raised."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef _TagRegistry tags = parts.tags
+    cdef ascm_route r
+    cdef uint64_t usable = 0, plain = 0
+    cdef int kind
+    cdef ascm_pool *p = ascm_device_pool_at(dev._d, addr, NULL)
+    ascm_pool_usable_size(p, addr, &usable)
+    cdef ascm_pool *q
+    if ascm_device_route(dev._d, n, policy, mode, &r) == ASCM_OK:
+        q = ascm_device_pool(dev._d, r.kinds[0])  # where the call lands unaligned
+        plain = ascm_pool_usable_for(q if q is not NULL else p, r.rounded + r.pad, r.align)
+    cost = usable - plain if usable > plain else 0
+    tags.cost_at[addr] = cost
+    c = tags.cost_of[tag]
+    c[0] += cost
+    c[2] += 1
+    if c[0] > c[1]:
+        c[1] = c[0]
+    if tag in tags.shareable and parts.up.readable:
+        try:
+            _ipc_state(dev).back(addr, usable)
+        except BaseException:
+            tags.forget(addr)
+            ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
+            parts.apply_maps()
+            raise
+    return 0
+
+
+cdef dict _alignment_stats(_TagRegistry tags):
+    """stats()["aligned"]: per aligned tag, its alignment and what it costs:
+    the bytes its live blocks hold beyond what the same calls would get
+    unaligned (now and at the peak), and its live blocks."""
+    return {tag: {"alignment": tags.aligned.get(tag, 0), "padding_bytes": c[0],
+                  "peak_padding_bytes": c[1], "blocks": c[2],
+                  "shareable": tag in tags.shareable}
+            for tag, c in tags.cost_of.items()}
+
+
+# ---- sharing between processes (ascmem/ipc.py) ----------------------------------------
+
+import mmap as _mmap_module
+cdef uint64_t _PAGE = _mmap_module.PAGESIZE
+
+
+cdef object _ipc_state(Device dev):
+    """The device's IpcState, made on first use."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    if parts.tags.ipc is None:
+        from ascmem import ipc
+        parts.tags.ipc = ipc.IpcState(dev.backend, parts.up.acl, dev.device_id)
+    return parts.tags.ipc
+
+
+cdef int _refuse_exported(_DeviceParts parts, uint64_t addr, str call) except -1:
+    """A block cannot be freed while it is exported (importers map it)."""
+    if parts.tags.ipc is not None and parts.tags.ipc.exported(addr):
+        raise IpcBusyError(f"{call}: {addr:#x} is exported; ipc_close its key first (after every "
+                           f"importer closed it)")
+    return 0
+
+
+cdef object _ipc_export(Device dev, object ptr, object size, object pids, object any_process):
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    cdef uint64_t a = as_u64(ptr, "pointer"), usable
+    cdef int k = -1
+    _require_open(dev, "ipc_export")
+    cdef ascm_pool *p = ascm_device_pool_at(dev._d, a, &k)
+    if p is NULL or parts.ledger.waits(a) or ascm_pool_usable_size(p, a, &usable) != ASCM_OK:
+        raise InvalidArgumentError(f"ipc_export: {a:#x} is not the start of a live block")
+    if not ascm_kind(k).device or ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
+        raise InvalidArgumentError(f"ipc_export: {a:#x} is {MemKind(k).name.lower()} memory; "
+                                   f"aclrtIpcMemGetExportKey shares device memory from aclrtMalloc")
+    if parts.tags.asleep_tag(a) is not None:
+        raise InvalidArgumentError(f"ipc_export: {a:#x} is asleep: wake it first")
+    if parts.guards is not None:
+        usable = parts.guards.requested(a, usable)
+    key = _ipc_state(dev).export(a, usable, size, pids, any_process)
+    _guard(dev, a)  # the GIL-free frees refuse it too
+    parts.tags.tracked += 1  # Device frees take the path that refuses it (_refuse_exported)
+    return key
+
+
+cdef _ipc_close(Device dev, object key):
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    _require_open(dev, "ipc_close")
+    if _ipc_state(dev).close(key, parts.views.of) == "export":
+        parts.tags.tracked -= 1
+
+
+cdef object _ipc_buffer_size(_DeviceParts parts, uint64_t addr):
+    """The bytes of an imported range at addr (host), or 0."""
+    return parts.tags.ipc.imported_size(addr) if parts.tags.ipc is not None else 0

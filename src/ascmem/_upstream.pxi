@@ -206,8 +206,11 @@ cdef class _HostUpstream(_RealUpstream):
     def take(self, int k, uint64_t size):
         cdef uint64_t addr
         cdef int got
-        huge = ascm_kind(k).huge  # huge-page kinds: 2 MiB-aligned, on huge pages if the OS has them
-        if ascm_os_reserve(size, _CHUNK_ALIGN if huge else 4096, huge, &addr, &got) != ASCM_OK:
+        huge = ascm_kind(k).huge  # huge-page kinds: on huge pages if the OS has them
+        # every chunk 2 MiB-aligned (address space only): a pool aligns blocks
+        # past its unit relative to its base, so align_tag's groups get up to
+        # 2 MiB on every kind
+        if ascm_os_reserve(size, _CHUNK_ALIGN, huge, &addr, &got) != ASCM_OK:
             raise UpstreamError(f"the OS refused {_fmt_bytes(size)} of address space for "
                                 f"{MemKind(k).name} memory")
         self.pages.setdefault(k, got)

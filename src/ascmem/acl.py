@@ -23,7 +23,7 @@ import types
 import warnings
 
 import ascmem
-from ascmem import acl_allocator, acl_soma
+from ascmem import acl_allocator, acl_soma, ipc
 from ascmem.errors import (ACL_ERROR_INTERNAL_ERROR, ACL_ERROR_INVALID_PARAM,
                            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_SUCCESS,
                            InvalidArgumentError, acl_code)
@@ -202,7 +202,15 @@ rt = types.SimpleNamespace(
     query_event_status=acl_soma.query_event_status,
     synchronize_stream=acl_soma.synchronize_stream,
     synchronize_device=acl_soma.synchronize_device,
+    # sharing device memory between processes (aclrtIpcMem*; ascmem.ipc)
+    ipc_mem_get_export_key=ipc.ipc_mem_get_export_key,
+    ipc_mem_set_import_pid=ipc.ipc_mem_set_import_pid,
+    ipc_mem_import_by_key=ipc.ipc_mem_import_by_key,
+    ipc_mem_close=ipc.ipc_mem_close,
 )
+# aclrtIpcMemGetExportKey's flags (include/external/acl/acl_rt.h lines 65-66)
+ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT = ipc.EXPORT_FLAG_DEFAULT
+ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION = ipc.EXPORT_FLAG_DISABLE_PID_VALIDATION
 media = types.SimpleNamespace(
     dvpp_malloc=lambda size: _alloc("dvpp_malloc", size),
     dvpp_free=lambda ptr: _free("dvpp_free", ptr),

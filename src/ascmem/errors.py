@@ -16,6 +16,7 @@ ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
 ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000
 ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
 ACL_ERROR_RT_MEMORY_FREE = 207002
+ACL_ERROR_RT_NO_PERMISSION = 207006
 ACL_ERROR_INTERNAL_ERROR = 500000
 ACL_ERROR_RT_INTERNAL_ERROR = 507000
 
@@ -107,6 +108,32 @@ class PoolStateError(AscmemError):
     (errcode_manage.cc lines 612-617: an inner code not in the table)."""
 
     code = ACL_ERROR_RT_INTERNAL_ERROR
+
+
+class IpcKeyError(InvalidArgumentError):
+    """An IPC key that opens nothing: forged, truncated, never exported, or
+    stale (closed, its block freed, its exporter gone).  The runtime refuses
+    a name it does not know with RT_ERROR_INVALID_VALUE, reported as 107000
+    (hicann/runtime src/runtime/api/impl/api_error.cc lines 3821-3846 and
+    errcode_manage.cc line 314)."""
+
+    code = ACL_ERROR_RT_PARAM_INVALID
+
+
+class IpcPermissionError(AscmemError, PermissionError):
+    """This process is not on the exported block's allow-list
+    (aclrtIpcMemSetImportPid; ACL_ERROR_RT_NO_PERMISSION, 207006, in
+    include/external/acl/error_codes/rt_error_codes.h line 75)."""
+
+    code = ACL_ERROR_RT_NO_PERMISSION
+
+
+class IpcBusyError(InvalidArgumentError):
+    """An export cannot be closed yet (importers still hold it: every importer
+    closes first, docs/zh/api_ref/11-07_IPC_memory_sharing.md, aclrtIpcMemClose),
+    or a block cannot be freed while it is exported."""
+
+    code = ACL_ERROR_RT_PARAM_INVALID
 
 
 class CorruptionError(AscmemError):

@@ -106,6 +106,14 @@ def memory_stats(dev):
         "num_device_free": out["segment.all.freed"],
         "max_split_size": -1,  # every block may be split
     })
+    aligned = stats.get("aligned")
+    if aligned:  # what align_tag costs: bytes beyond what the same calls would get unaligned
+        for tag, a in [("all", {"padding_bytes": sum(a["padding_bytes"] for a in aligned.values()),
+                                "peak_padding_bytes": sum(a["peak_padding_bytes"]
+                                                          for a in aligned.values())})] + \
+                [(f"tag:{t}", a) for t, a in aligned.items()]:
+            out[f"alignment_padding_bytes.{tag}.current"] = a["padding_bytes"]
+            out[f"alignment_padding_bytes.{tag}.peak"] = a["peak_padding_bytes"]
     return dict(sorted(out.items()))
 
 
