@@ -156,7 +156,8 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
 /* Hands a live block over to a new request of `requested` bytes, as a free
  * and an allocation would, without the block ever being free: for reuse on
  * the same stream.  ASCM_ERR_INVAL unless the request would get exactly this
- * block's usable size and alignment, and for what ascm_pool_alloc_padded
+ * block's usable size and alignment, for a sleeping block (it holds no
+ * granules: it is to be freed), and for what ascm_pool_alloc_padded
  * refuses (nothing changes then). */
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align);
 /* With no live block: gives the spare slabs back and closes the pool (every

@@ -1323,6 +1323,11 @@ static void test_paged_pool(void) {
     CHECK(st.mapped == log_mapped(&log) && st.mapped >= mapped_asleep + woke - 2 * G);
     POOL_OK(p);
     CHECK(ascm_pool_sleep(p, big, &gone) == ASCM_OK && gone == woke);
+    ascm_pool_stats(p, &st);
+    /* not handed over asleep (issue 45.1): its next owner would find nothing mapped */
+    CHECK(ascm_pool_relabel(p, big, big_len, 0, 64) == ASCM_ERR_INVAL);
+    ascm_pool_stats(p, &after);
+    CHECK(after.alloc_count == st.alloc_count && after.free_count == st.free_count);
     CHECK(ascm_pool_free(p, big) == ASCM_OK); /* freeing a sleeping block */
     CHECK(ascm_pool_free(p, small) == ASCM_OK && ascm_pool_free(p, other) == ASCM_OK);
     ascm_pool_trim(p);
@@ -1331,6 +1336,16 @@ static void test_paged_pool(void) {
     POOL_OK(p);
     ascm_pool_destroy(p);
     cfg.page_size = 1024; /* a granule smaller than the unit */
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+    /* granules reaching past the range (issue 45.5): one larger than the
+     * pool, a range not a whole number of them, a granule no range holds */
+    cfg.page_size = 512 * G; /* the range is 256 granules of G */
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+    cfg.page_size = 64 * G;
+    cfg.size = 256 * G + 64 * G / 2;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+    cfg.size = 1024 * G;
+    cfg.page_size = 1ull << 55;
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
 }
 

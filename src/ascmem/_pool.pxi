@@ -12,6 +12,9 @@ cdef str _pool_config_problem(ascm_pool_config *c):
         return f"granule {page} must be at least min_block {c.min_block}"
     if c.size == 0 or c.size % c.min_block:
         return f"size {c.size} must be a non-zero multiple of min_block {c.min_block}"
+    if c.paged and c.size % page:
+        return (f"size {c.size} must be a multiple of the granule {page}: a paged pool maps "
+                f"whole granules, and one reaching past the range would not be the pool's")
     if c.base % c.min_block:
         return f"base {c.base:#x} must be a multiple of min_block {c.min_block}"
     if c.base + c.size < c.base:
