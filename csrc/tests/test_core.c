@@ -1349,6 +1349,26 @@ static void test_paged_pool(void) {
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
 }
 
+/* Issue 45.10: a paged pool keeps no spare slabs -- what it keeps mapped is
+ * its release threshold's to say: at 0, nothing once every block is freed. */
+static void test_paged_no_spares(void) {
+    for (uint64_t g = 4096; g <= (64u << 10); g *= 16) {
+        ascm_pool_config cfg = {.base = 1ull << 32, .size = 64ull << 20, .min_block = 4096,
+                                .page_size = g, .paged = 1};
+        ascm_pool *p;
+        ascm_stats st;
+        CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+        static const uint64_t sizes[] = {100, 5000, 20000, 3000, 700, 32000, 9000};
+        uint64_t live[210];
+        for (int i = 0; i < 210; i++) CHECK(ascm_pool_alloc(p, sizes[i % 7], 64, &live[i]) == ASCM_OK);
+        for (int i = 0; i < 210; i++) CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+        ascm_pool_stats(p, &st);
+        CHECK(st.mapped == 0 && st.cached_bytes == 0 && st.pages_in_use == 0);
+        POOL_OK(p);
+        ascm_pool_destroy(p);
+    }
+}
+
 typedef struct acl_caller {
     void *allocator;
     _Atomic int *stop;
@@ -1445,6 +1465,7 @@ int main(void) {
         {"pool_spares_count_as_free", test_pool_spares_count_as_free},
         {"slab_idle_descriptors", test_slab_idle_descriptors},
         {"paged_pool", test_paged_pool},
+        {"paged_no_spares", test_paged_no_spares},
         {"acl_allocator_slots_under_callers", test_acl_allocator_slots_under_callers},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));
