@@ -203,8 +203,10 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);
 
-/* Batch calls: one lock for the whole batch.  alloc_many stops at the first
- * failure and returns its status with *done set to how many succeeded;
+/* Batch calls: one lock for the whole batch.  alloc_many is all or nothing:
+ * at the first failure it frees what it allocated (the allocation and free
+ * counters as before the call) and returns the status with *done set to the
+ * index that failed;
  * free_many frees every valid address and returns the first error seen, with
  * *done counting the successful frees.  Every 256 blocks a batch hands the
  * lock to a thread waiting for it; if that thread resets the pool, which

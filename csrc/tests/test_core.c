@@ -584,31 +584,49 @@ static void test_pool_batch(void) {
     POOL_OK(p);
     CHECK(ascm_pool_free_many(p, addrs, 1000, &done) == ASCM_OK && done == 1000);
     POOL_OK(p);
+    /* a refused batch is all or nothing (issue 45.11): its blocks are given
+     * back and the allocation and free counters are as before the call */
+    ascm_stats before, st;
+    ascm_pool_stats(p, &before);
     sizes[10] = 0;
     CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_INVAL && done == 10);
-    CHECK(ascm_pool_free_many(p, addrs, done, &done) == ASCM_OK && done == 10);
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.alloc_count == before.alloc_count &&
+          st.free_count == before.free_count && st.alloc_bytes == before.alloc_bytes &&
+          st.freed_bytes == before.freed_bytes && st.failed_count == before.failed_count);
     POOL_OK(p);
     /* large blocks reach the block map a few allocations late (alloc_many
      * prefetches their slots): a batch that runs out of room must still have
-     * put every block it handed out */
+     * put every block it handed out, for the undo to find */
     for (int i = 0; i < 1000; i++) sizes[i] = (i % 3 ? 40000 : 1) + next_rand() % 300000;
     CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_NOMEM);
     CHECK(done > 20 && done < 1000);
     POOL_OK(p);
-    uint64_t sz;
-    int all_found = 1;
-    for (size_t i = 0; i < done; i++)
-        all_found &= ascm_pool_requested_size(p, addrs[i], &sz) == ASCM_OK && sz == sizes[i];
-    CHECK(all_found);
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.alloc_count == before.alloc_count &&
+          st.free_count == before.free_count && st.alloc_requested == before.alloc_requested &&
+          st.freed_requested == before.freed_requested && st.failed_count == before.failed_count + 1);
     /* free_many with a double free and a foreign address frees the rest */
+    CHECK(ascm_pool_alloc_many(p, sizes, 20, 64, addrs, &done) == ASCM_OK && done == 20);
     size_t n = done;
     addrs[n] = addrs[0];
     addrs[n + 1] = 12345;
     CHECK(ascm_pool_free_many(p, addrs, n + 2, &done) == ASCM_ERR_BADFREE && done == n);
     POOL_OK(p);
-    ascm_stats st;
     ascm_pool_stats(p, &st);
     CHECK(st.live_count == 0 && st.used == 0);
+    /* a request larger than the pool counts as failed (issue 43.7), through
+     * every entry; a malformed one does not */
+    uint64_t a, big = cfg.size + 1, one = 1;
+    ascm_handle h;
+    CHECK(ascm_pool_alloc(p, big, 64, &a) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc_padded(p, big, 32, 64, &a) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc_handle(p, big, 64, &a, &h) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc_many(p, &big, 1, 64, &a, &done) == ASCM_ERR_NOMEM && done == 0);
+    CHECK(ascm_pool_alloc(p, one, 3, &a) == ASCM_ERR_INVAL);
+    ascm_pool_stats(p, &before);
+    CHECK(before.failed_count == st.failed_count + 4);
+    POOL_OK(p);
     ascm_pool_destroy(p);
 }
 

@@ -169,7 +169,7 @@ cdef class Pool:
         np = _numpy()
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
-        cdef size_t done = 0, undone = 0, n = sz.shape[0]
+        cdef size_t done = 0, n = sz.shape[0]
         cdef int st = ASCM_OK
         cdef ascm_stats s
         if n:
@@ -178,11 +178,8 @@ cdef class Pool:
         if st != ASCM_OK:
             if self._closed:
                 raise ClosedError("the pool is closed")
-            ascm_pool_stats(self._p, &s)  # as it was when the request failed
+            ascm_pool_stats(self._p, &s)  # the C batch gave its blocks back already
             msg = _alloc_failure(st, sz[done], al, self.capacity, &s)
-            if done:
-                with nogil:
-                    ascm_pool_free_many(self._p, &addrs[0], done, &undone)
             _raise(st, f"alloc_many: item {done} of {n}: {msg}; the {done} blocks already "
                        f"allocated were given back")
         return out
