@@ -156,7 +156,8 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
 /* Hands a live block over to a new request of `requested` bytes, as a free
  * and an allocation would, without the block ever being free: for reuse on
  * the same stream.  ASCM_ERR_INVAL unless the request would get exactly this
- * block's usable size and alignment, and for what ascm_pool_alloc_padded
+ * block's usable size and alignment, for a sleeping block (it holds no
+ * granules: it is to be freed), and for what ascm_pool_alloc_padded
  * refuses (nothing changes then). */
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align);
 /* With no live block: gives the spare slabs back and closes the pool (every
@@ -202,8 +203,10 @@ int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);
 void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx);
 
-/* Batch calls: one lock for the whole batch.  alloc_many stops at the first
- * failure and returns its status with *done set to how many succeeded;
+/* Batch calls: one lock for the whole batch.  alloc_many is all or nothing:
+ * at the first failure it frees what it allocated (the allocation and free
+ * counters as before the call) and returns the status with *done set to the
+ * index that failed;
  * free_many frees every valid address and returns the first error seen, with
  * *done counting the successful frees.  Every 256 blocks a batch hands the
  * lock to a thread waiting for it; if that thread resets the pool, which

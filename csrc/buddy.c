@@ -150,7 +150,10 @@ int ascm_buddy_create(uint64_t base, uint64_t size, uint64_t min_block, ascm_bud
 
 int ascm_buddy_alloc(ascm_buddy *b, uint64_t size, uint64_t align, uint64_t *addr) {
     if (size == 0 || !ascm_is_pow2(align)) return ASCM_ERR_INVAL;
-    if (size > b->size) return ASCM_ERR_NOMEM;
+    if (size > b->size) { /* a failed request, counted as the Pool and the Device count it */
+        b->failed_count++;
+        return ASCM_ERR_NOMEM;
+    }
     /* alignment comes from the block's offset, so base must carry it too */
     if (align > b->min_block && (b->base & (align - 1))) return ASCM_ERR_INVAL;
     uint64_t n = (size + b->min_block - 1) >> b->shift;

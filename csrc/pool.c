@@ -332,9 +332,21 @@ static __attribute__((noinline)) int alloc_cached(ascm_pool *p, uint64_t size, u
     return st;
 }
 
+/* A request check_request refused: one larger than the whole range counts
+ * as a failed allocation, as any request the pool cannot serve does (a
+ * Device counted it, a Pool did not: issue 43.7); a malformed one does not. */
+static __attribute__((noinline, cold)) int refused(ascm_pool *p, int st) {
+    if (st == ASCM_ERR_NOMEM) {
+        ascm_pool_lock(p);
+        p->failed_count++;
+        ascm_pool_unlock(p);
+    }
+    return st;
+}
+
 ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr) {
     int st = check_request(p, size, align);
-    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return refused(p, st);
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, NULL);
     ascm_pool_lock_keeping(p);
     st = alloc_locked(p, size, size, align, addr, NULL, 0, NULL);
@@ -345,7 +357,7 @@ ASCM_ENTRY int ascm_pool_alloc(ascm_pool *p, uint64_t size, uint64_t align, uint
 ASCM_ENTRY int ascm_pool_alloc_padded(ascm_pool *p, uint64_t size, uint64_t pad, uint64_t align, uint64_t *addr) {
     if (bad_padded(size, pad)) return ASCM_ERR_INVAL;
     int st = check_request(p, size + pad, align);
-    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return refused(p, st);
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size + pad, size, align, addr, NULL);
     ascm_pool_lock_keeping(p);
     st = alloc_locked(p, size + pad, size, align, addr, NULL, 0, NULL);
@@ -422,7 +434,7 @@ static inline __attribute__((always_inline)) int free_locked(ascm_pool *p, uint6
 
 ASCM_ENTRY int ascm_pool_alloc_handle(ascm_pool *p, uint64_t size, uint64_t align, uint64_t *addr, ascm_handle *h) {
     int st = check_request(p, size, align);
-    if (ASCM_UNLIKELY(st != ASCM_OK)) return st;
+    if (ASCM_UNLIKELY(st != ASCM_OK)) return refused(p, st);
     if (ASCM_UNLIKELY(ascm_caches_on(p))) return alloc_cached(p, size, size, align, addr, h);
     ascm_pool_lock_keeping(p);
     st = alloc_locked(p, size, size, align, addr, NULL, 0, h);
@@ -512,6 +524,22 @@ static int batch_hand_over(ascm_pool *p, uint64_t *resets) {
     return 1;
 }
 
+/* A refused batch is all or nothing: the blocks it allocated are freed, in
+ * the same hold of the lock, and the counters of allocations and frees are
+ * as if it had never begun (issue 45.11: a refused call moved alloc_count
+ * and free_count); the failure itself stays counted, and peaks stay what
+ * they were at their highest. */
+static void undo_batch(ascm_pool *p, const uint64_t *addrs, size_t n) {
+    uint64_t frees = p->free_count, bytes = p->freed_bytes, requested = p->freed_requested;
+    for (size_t i = 0; i < n; i++) free_locked(p, addrs[i]);
+    p->alloc_count -= p->free_count - frees;
+    p->alloc_bytes -= p->freed_bytes - bytes;
+    p->alloc_requested -= p->freed_requested - requested;
+    p->free_count = frees;
+    p->freed_bytes = bytes;
+    p->freed_requested = requested;
+}
+
 int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t align,
                          uint64_t *addrs, size_t *done) {
     int st = ASCM_OK;
@@ -533,6 +561,7 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
             }
         }
         st = check_request(p, sizes[i], align);
+        if (st == ASCM_ERR_NOMEM) p->failed_count++; /* as refused() counts it */
         if (st == ASCM_OK) st = alloc_locked(p, sizes[i], sizes[i], align, &addrs[i], &node, pending, NULL);
         if (st != ASCM_OK) break;
         if (!node) continue;
@@ -548,6 +577,7 @@ int ascm_pool_alloc_many(ascm_pool *p, const uint64_t *sizes, size_t n, uint64_t
     }
     for (; pending; pending--, head = (head + 1) % BATCH_AHEAD)
         ascm_map_put(&p->blocks, ring[head].key - 1, ring[head].value);
+    if (st != ASCM_OK) undo_batch(p, addrs, i);
     ascm_pool_unlock(p);
     *done = i;
     return st;

@@ -49,14 +49,18 @@ uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align)
 
 int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) {
     ascm_pool_lock(p);
-    uint64_t usable, old;
+    uint64_t usable, old, off = addr - p->base;
     int st = bad_padded(requested, pad) ? ASCM_ERR_INVAL : lookup_locked(p, addr, &usable, &old);
     if (st == ASCM_OK && (ascm_pool_usable_for(p, requested + pad, align) != usable ||
-                          ((addr - p->base) & (align - 1))))
+                          (off & (align - 1))))
+        st = ASCM_ERR_INVAL;
+    uint32_t node = st == ASCM_OK && !(off & (p->gran - 1)) ? live_large_at(p, (uint32_t)(off >> p->gshift)) : 0;
+    /* a sleeping block holds no granules: handed over as it is, its next
+     * owner would get an address with nothing mapped under it.  It is to be
+     * freed instead, which settles its granules' books. */
+    if (node && p->asleep.count && ascm_map_get(&p->asleep, (uint32_t)(off >> p->gshift)))
         st = ASCM_ERR_INVAL;
     if (st == ASCM_OK) {
-        uint64_t off = addr - p->base;
-        uint32_t node = (off & (p->gran - 1)) ? 0 : live_large_at(p, (uint32_t)(off >> p->gshift));
         if (node) {
             p->fit.nodes[node].slack = (uint32_t)(usable - requested);
         } else {

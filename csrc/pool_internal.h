@@ -84,7 +84,7 @@ static inline void discharge_block(ascm_pool *p, const ascm_fit_node *blk) {
 static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t align) {
     if (size == 0 || !ascm_is_pow2(align)) return ASCM_ERR_INVAL;
     if (align > p->gran && (p->base & (align - 1))) return ASCM_ERR_INVAL;
-    if (size > p->size) return ASCM_ERR_NOMEM; /* could never fit: not counted as a failure */
+    if (size > p->size) return ASCM_ERR_NOMEM; /* could never fit: the caller counts it (refused) */
     return ASCM_OK;
 }
 

@@ -40,7 +40,10 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
     uint64_t gran = cfg->min_block, page = cfg->page_size ? cfg->page_size : cfg->min_block;
     if (!ascm_is_pow2(gran) || gran > (1ull << 31) || !ascm_is_pow2(page) || cfg->size == 0 ||
         cfg->size % gran ||
-        cfg->base % gran || cfg->base + cfg->size < cfg->base || (cfg->paged && page < gran))
+        cfg->base % gran || cfg->base + cfg->size < cfg->base ||
+        /* a paged pool maps whole granules: one reaching past the range
+         * would map memory that is not the pool's (issue 45.5) */
+        (cfg->paged && (page < gran || cfg->size % page)))
         return ASCM_ERR_INVAL;
     ascm_pool *p = ascm_zalloc_lines(sizeof *p);
     if (!p) return ASCM_ERR_HOSTMEM;

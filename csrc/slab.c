@@ -19,6 +19,10 @@
  * they never cost capacity, since an allocation that fails trims them and
  * retries (efficiency on every trace unchanged).  Pools whose pages are larger
  * than the slab (huge pages) keep no spare, which would pin a whole page.
+ * Paged pools keep none either: a spare holds mapped granules, and what a
+ * paged pool keeps mapped is its release threshold's to say (0: nothing
+ * once every block is freed; issue 45.10).  A released slab's granules
+ * are free granules, kept mapped up to the threshold.
  */
 #include "internal.h"
 #include "pool_core.h"
@@ -263,7 +267,8 @@ int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_
 }
 
 void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si) {
-    if ((k->empty && (k->empty + 1) * k->slab_bytes > SLAB_SPARE_BYTES) || p->page_size > k->slab_bytes)
+    if ((k->empty && (k->empty + 1) * k->slab_bytes > SLAB_SPARE_BYTES) || p->page_size > k->slab_bytes ||
+        p->paging)
         slab_release(p, si);
     else {
         k->empty++;

@@ -1,7 +1,8 @@
 /* libFuzzer harness over the C core's public functions: the input is a
  * stream of operations on one pool, one buddy allocator, one paged pool
  * (allocations, frees by address and by handle -- valid, stale or made up --,
- * sleep and wake, trims; its map hook keeps a mirror of
+ * sleep and wake, hand-overs (relabel) of sleeping and awake blocks, trims,
+ * emptying it at threshold 0; its map hook keeps a mirror of
  * the mapped granules that must agree with the pool's statistics) and one
  * device (allocations, frees -- of guarded blocks too --, batches, trims,
  * and the device's lifecycle: resets, a gate shut and reopened around
@@ -104,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (far >= 0xF0) req = ~req;
         else if (far >= 0xE0) req <<= 40;
         int kind, events;
-        switch (op % 16) {
+        switch (op % 20) {
         case 0: /* pool alloc (size 0 and odd alignments included on purpose) */
             if (!live[0][slot] && ascm_pool_alloc(pool, req, align, &live[0][slot]) != ASCM_OK)
                 live[0][slot] = 0;
@@ -160,10 +161,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             uint64_t sizes[24], addrs[24];
             size_t n = 1 + slot % 24, done;
             for (size_t i = 0; i < n; i++) sizes[i] = (req >> (i % 5)) * (1 + i % 3) + (i & 1);
-            if (ascm_pool_alloc_many(pool, sizes, n, align, addrs, &done) == ASCM_OK)
+            ascm_stats before, after;
+            ascm_pool_stats(pool, &before);
+            if (ascm_pool_alloc_many(pool, sizes, n, align, addrs, &done) == ASCM_OK) {
                 ascm_pool_free_many(pool, addrs, n, &done);
-            else
-                ascm_pool_free_many(pool, addrs, done, &done);
+                break;
+            }
+            /* all or nothing: a refused batch gave its blocks back, its counters too */
+            ascm_pool_stats(pool, &after);
+            if (after.live_count != before.live_count || after.used != before.used ||
+                after.alloc_count != before.alloc_count || after.free_count != before.free_count ||
+                after.alloc_bytes != before.alloc_bytes || after.freed_bytes != before.freed_bytes) {
+                fprintf(stderr, "a refused alloc_many changed the pool\n");
+                abort();
+            }
             break;
         }
         case 7: /* the device's lifecycle */
@@ -252,6 +263,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             uint64_t a = live[0][slot] ? live[0][slot] : req;
             uint64_t want = (req & 1) ? ~req : req, pad = take(&data, &size, 1) % 80;
             ascm_pool_relabel(pool, a, want, pad, align);
+            break;
+        }
+        case 15: { /* the paged pool's blocks handed over as stream reuse does, asleep or
+                    * awake: a sleeping one must be refused (issue 45.1), and a block
+                    * handed over must be mapped in full */
+            uint64_t a = live[3][slot], usable;
+            if (!a || ascm_pool_usable_size(paged, a, &usable) != ASCM_OK) break;
+            if (req & 1) ascm_pool_sleep(paged, a, NULL);
+            int asleep = ascm_pool_wake(paged, a, NULL) == ASCM_OK; /* it was asleep */
+            if (asleep) ascm_pool_sleep(paged, a, NULL);            /* ...and is again */
+            int st = ascm_pool_relabel(paged, a, usable - (req & 31), 0, 64);
+            if (asleep && st == ASCM_OK) {
+                fprintf(stderr, "paged pool: a sleeping block was handed over\n");
+                abort();
+            }
+            for (uint64_t g = (a - (1ull << 36)) / GRANULE; st == ASCM_OK && g * GRANULE < a - (1ull << 36) + usable; g++)
+                if (!mirror_state.mapped[g]) {
+                    fprintf(stderr, "paged pool: a block handed over has granule %llu unmapped\n",
+                            (unsigned long long)g);
+                    abort();
+                }
+            break;
+        }
+        case 16: { /* nothing live in the paged pool: at threshold 0 nothing stays mapped,
+                    * spare slabs included (issue 45.10) */
+            ascm_stats st;
+            for (unsigned i = 0; i < SLOTS; i++)
+                if (live[3][i]) ascm_pool_free(paged, live[3][i]);
+            memset(live[3], 0, sizeof live[3]);
+            ascm_pool_stats(paged, &st);
+            if (st.live_count == 0 && gc.release_threshold == 0 && st.mapped != 0) {
+                fprintf(stderr, "empty paged pool at threshold 0: %llu bytes mapped\n",
+                        (unsigned long long)st.mapped);
+                abort();
+            }
             break;
         }
         default:

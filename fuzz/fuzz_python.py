@@ -3,7 +3,10 @@
 Any exception other than ascmem's own errors (and TraceError) is a finding,
 as is a failed check().  Arguments come in every shape a careless caller
 passes: negative, huge, float, str, None, __index__ objects that lie,
-unhashable streams, events out of order, resets and a close part-way."""
+unhashable streams, events out of order, resets and a close part-way; on
+the paged device, tags (mistyped ones too) put to sleep and woken between
+stream frees, writes through views, buffer objects kept past their view,
+and resets."""
 import io
 import os
 import sys
@@ -68,6 +71,26 @@ def odd_stream(fdp):
     return (None, "s1", "s2", 3, [], {}, ("s", 1))[fdp.ConsumeIntInRange(0, 6)]
 
 
+def given_back_at_threshold_0(paged, plive, threshold):
+    """Everything freed (stream frees done, sleepers freed too): at release
+    threshold 0 a paged device keeps nothing mapped or charged (45.10)."""
+    try:
+        for a in plive:
+            try:
+                paged.free(a)
+            except EXPECTED:
+                pass
+        paged.synchronize()
+    except EXPECTED:  # closed, or the stand-in's runtime refused
+        return
+    s = paged.stats()
+    if threshold or any(s[k]["live_count"] for k in s if k != "device"):
+        return  # blocks freed behind this list's back (the raw path) or refused frees
+    b = paged.budget()
+    if b["huge_used"] + b["normal_used"]:
+        raise AssertionError(f"nothing live at threshold 0, yet charged: {b}")
+
+
 def one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
     pool = ascmem.Pool(1 << 22, base=1 << 32)
@@ -81,14 +104,15 @@ def one_input(data):
     paged = ascmem.Device("atlas-a2-training", memory=256 << 20, paged=True,
                           backend=backend.split("-")[0],
                           acl_module=raising_acl(fdp) if backend == "acl" else None,
-                          release_threshold=fdp.ConsumeIntInRange(0, 3) << 21)
+                          release_threshold=(threshold := fdp.ConsumeIntInRange(0, 3) << 21))
     os.environ.pop("ASCMEM_DEBUG", None)
     raw = backend != "acl"  # an acl paged device maps through pyACL: no GIL-free calls
     if raw:
         pluggable.configure(paged, RAW_INDEX)
-    live, dlive, plive, events = [], [], [], []
+    live, dlive, plive, events, escaped = [], [], [], [], []
+    readable = backend in ("host", "host-debug")
     for _ in range(fdp.ConsumeIntInRange(0, 40)):
-        op = fdp.ConsumeIntInRange(0, 19)
+        op = fdp.ConsumeIntInRange(0, 22)
         try:
             if op == 0:
                 live.append(pool.alloc(fdp.ConsumeIntInRange(-5, 1 << 23),
@@ -107,8 +131,16 @@ def one_input(data):
                 # with a header half the time: the compiled CSV reader's own input
                 head = b"op,id,size,kind,policy\n" if fdp.ConsumeBool() else b""
                 tr.load(io.BytesIO(head + fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 200))))
-            elif op == 7:
-                pool.alloc_many([fdp.ConsumeIntInRange(-1, 1 << 20) for _ in range(3)])
+            elif op == 7:  # all or nothing: a refused batch moves no counter (issue 45.11)
+                before = pool.stats()
+                try:
+                    live.extend(int(a) for a in
+                                pool.alloc_many([fdp.ConsumeIntInRange(-1, 1 << 20) for _ in range(3)]))
+                except EXPECTED:
+                    after = pool.stats()
+                    for k in ("alloc_count", "free_count", "live_count", "used"):
+                        if after[k] != before[k]:
+                            raise AssertionError(f"a refused alloc_many moved {k}: {before[k]} -> {after[k]}")
             elif op == 8:
                 live.append(pool.alloc(odd_value(fdp), odd_value(fdp)))
             elif op == 9:
@@ -142,7 +174,7 @@ def one_input(data):
                 else:
                     paged.free(a, stream=(None, "s1", "s2", None)[how])  # 3: acl, no raw path
             elif op == 18:
-                tag = ("kv", "w", {})[fdp.ConsumeIntInRange(0, 2)]
+                tag = ("kv", "w", {}, "typo")[fdp.ConsumeIntInRange(0, 3)]
                 if fdp.ConsumeBool():
                     paged.sleep(tag, keep=fdp.ConsumeBool())
                 else:
@@ -155,6 +187,28 @@ def one_input(data):
                     view = paged.buffer(plive[-1])
                     view[0] = view[len(view) - 1] = 7
                     del view
+            elif op == 20 and plive and readable:  # a buffer's object kept past its view (45.2)
+                escaped.append(paged.buffer(plive[fdp.ConsumeIntInRange(0, len(plive) - 1)]).obj)
+                if fdp.ConsumeBool():
+                    o = escaped[fdp.ConsumeIntInRange(0, len(escaped) - 1)]
+                    try:
+                        m = memoryview(o)
+                    except EXPECTED:
+                        pass
+                    else:  # its last export ended: the block may be freed, asleep or reset
+                        m[0] = 1
+                        raise AssertionError("a released block buffer exported its memory again")
+            elif op == 21 and readable:  # every block this layer thinks live and awake is writable
+                for a in plive:          # (a sleeping block reused on a stream was not: 45.1)
+                    try:
+                        view = paged.buffer(a)
+                    except EXPECTED:     # asleep, waiting on a stream, gone in a reset
+                        continue
+                    view[0] = view[len(view) - 1] = 9
+                    del view
+            elif op == 22:  # a reset of the paged device under tags, sleepers and stream frees
+                paged.reset()
+                plive.clear()
             elif fdp.ConsumeIntInRange(0, 7) == 0:
                 dev.close()
             else:
@@ -167,6 +221,7 @@ def one_input(data):
     paged.check()
     if raw:
         pluggable.unconfigure(RAW_INDEX)
+    given_back_at_threshold_0(paged, plive, threshold)
     paged.close()
     s = pool.stats()
     for a in live:

@@ -33,6 +33,7 @@ class SleepModel(RuleBasedStateMachine):
                                paged=True, release_threshold=self.threshold)
         self.live = {}      # addr -> [size, tag, marker byte or None (contents discarded)]
         self.asleep = {}    # tag -> keep
+        self.known = set()  # tags some block was allocated with: only those may sleep
         self.marker = 0
 
     def _mark(self, addr):
@@ -67,6 +68,7 @@ class SleepModel(RuleBasedStateMachine):
         for other, (n, _, _) in self.live.items():
             assert addr + size <= other or other + n <= addr, "overlap"
         self.live[addr] = [size, tag, None]
+        self.known.add(tag)
         self._mark(addr)
         return addr
 
@@ -81,6 +83,10 @@ class SleepModel(RuleBasedStateMachine):
     def sleep(self, tag, keep):
         if tag in self.asleep:
             with pytest.raises(ascmem.InvalidArgumentError, match="asleep already"):
+                self.d.sleep(tag, keep=keep)
+            return
+        if tag not in self.known:
+            with pytest.raises(ascmem.InvalidArgumentError, match="no block was ever allocated"):
                 self.d.sleep(tag, keep=keep)
             return
         before = self._charged()

@@ -642,31 +642,49 @@ static void test_pool_batch(void) {
     POOL_OK(p);
     CHECK(ascm_pool_free_many(p, addrs, 1000, &done) == ASCM_OK && done == 1000);
     POOL_OK(p);
+    /* a refused batch is all or nothing (issue 45.11): its blocks are given
+     * back and the allocation and free counters are as before the call */
+    ascm_stats before, st;
+    ascm_pool_stats(p, &before);
     sizes[10] = 0;
     CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_INVAL && done == 10);
-    CHECK(ascm_pool_free_many(p, addrs, done, &done) == ASCM_OK && done == 10);
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.alloc_count == before.alloc_count &&
+          st.free_count == before.free_count && st.alloc_bytes == before.alloc_bytes &&
+          st.freed_bytes == before.freed_bytes && st.failed_count == before.failed_count);
     POOL_OK(p);
     /* large blocks reach the block map a few allocations late (alloc_many
      * prefetches their slots): a batch that runs out of room must still have
-     * put every block it handed out */
+     * put every block it handed out, for the undo to find */
     for (int i = 0; i < 1000; i++) sizes[i] = (i % 3 ? 40000 : 1) + next_rand() % 300000;
     CHECK(ascm_pool_alloc_many(p, sizes, 1000, 64, addrs, &done) == ASCM_ERR_NOMEM);
     CHECK(done > 20 && done < 1000);
     POOL_OK(p);
-    uint64_t sz;
-    int all_found = 1;
-    for (size_t i = 0; i < done; i++)
-        all_found &= ascm_pool_requested_size(p, addrs[i], &sz) == ASCM_OK && sz == sizes[i];
-    CHECK(all_found);
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.alloc_count == before.alloc_count &&
+          st.free_count == before.free_count && st.alloc_requested == before.alloc_requested &&
+          st.freed_requested == before.freed_requested && st.failed_count == before.failed_count + 1);
     /* free_many with a double free and a foreign address frees the rest */
+    CHECK(ascm_pool_alloc_many(p, sizes, 20, 64, addrs, &done) == ASCM_OK && done == 20);
     size_t n = done;
     addrs[n] = addrs[0];
     addrs[n + 1] = 12345;
     CHECK(ascm_pool_free_many(p, addrs, n + 2, &done) == ASCM_ERR_BADFREE && done == n);
     POOL_OK(p);
-    ascm_stats st;
     ascm_pool_stats(p, &st);
     CHECK(st.live_count == 0 && st.used == 0);
+    /* a request larger than the pool counts as failed (issue 43.7), through
+     * every entry; a malformed one does not */
+    uint64_t a, big = cfg.size + 1, one = 1;
+    ascm_handle h;
+    CHECK(ascm_pool_alloc(p, big, 64, &a) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc_padded(p, big, 32, 64, &a) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc_handle(p, big, 64, &a, &h) == ASCM_ERR_NOMEM);
+    CHECK(ascm_pool_alloc_many(p, &big, 1, 64, &a, &done) == ASCM_ERR_NOMEM && done == 0);
+    CHECK(ascm_pool_alloc(p, one, 3, &a) == ASCM_ERR_INVAL);
+    ascm_pool_stats(p, &before);
+    CHECK(before.failed_count == st.failed_count + 4);
+    POOL_OK(p);
     ascm_pool_destroy(p);
 }
 
@@ -1421,6 +1439,11 @@ static void test_paged_pool(void) {
     CHECK(st.mapped == log_mapped(&log) && st.mapped >= mapped_asleep + woke - 2 * G);
     POOL_OK(p);
     CHECK(ascm_pool_sleep(p, big, &gone) == ASCM_OK && gone == woke);
+    ascm_pool_stats(p, &st);
+    /* not handed over asleep (issue 45.1): its next owner would find nothing mapped */
+    CHECK(ascm_pool_relabel(p, big, big_len, 0, 64) == ASCM_ERR_INVAL);
+    ascm_pool_stats(p, &after);
+    CHECK(after.alloc_count == st.alloc_count && after.free_count == st.free_count);
     CHECK(ascm_pool_free(p, big) == ASCM_OK); /* freeing a sleeping block */
     CHECK(ascm_pool_free(p, small) == ASCM_OK && ascm_pool_free(p, other) == ASCM_OK);
     ascm_pool_trim(p);
@@ -1430,6 +1453,36 @@ static void test_paged_pool(void) {
     ascm_pool_destroy(p);
     cfg.page_size = 1024; /* a granule smaller than the unit */
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+    /* granules reaching past the range (issue 45.5): one larger than the
+     * pool, a range not a whole number of them, a granule no range holds */
+    cfg.page_size = 512 * G; /* the range is 256 granules of G */
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+    cfg.page_size = 64 * G;
+    cfg.size = 256 * G + 64 * G / 2;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+    cfg.size = 1024 * G;
+    cfg.page_size = 1ull << 55;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_ERR_INVAL);
+}
+
+/* Issue 45.10: a paged pool keeps no spare slabs -- what it keeps mapped is
+ * its release threshold's to say: at 0, nothing once every block is freed. */
+static void test_paged_no_spares(void) {
+    for (uint64_t g = 4096; g <= (64u << 10); g *= 16) {
+        ascm_pool_config cfg = {.base = 1ull << 32, .size = 64ull << 20, .min_block = 4096,
+                                .page_size = g, .paged = 1};
+        ascm_pool *p;
+        ascm_stats st;
+        CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+        static const uint64_t sizes[] = {100, 5000, 20000, 3000, 700, 32000, 9000};
+        uint64_t live[210];
+        for (int i = 0; i < 210; i++) CHECK(ascm_pool_alloc(p, sizes[i % 7], 64, &live[i]) == ASCM_OK);
+        for (int i = 0; i < 210; i++) CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+        ascm_pool_stats(p, &st);
+        CHECK(st.mapped == 0 && st.cached_bytes == 0 && st.pages_in_use == 0);
+        POOL_OK(p);
+        ascm_pool_destroy(p);
+    }
 }
 
 typedef struct acl_caller {
@@ -1530,6 +1583,7 @@ int main(void) {
         {"pool_spares_count_as_free", test_pool_spares_count_as_free},
         {"slab_idle_descriptors", test_slab_idle_descriptors},
         {"paged_pool", test_paged_pool},
+        {"paged_no_spares", test_paged_no_spares},
         {"acl_allocator_slots_under_callers", test_acl_allocator_slots_under_callers},
     };
     return run_tests(tests, (int)(sizeof tests / sizeof tests[0]));

@@ -46,7 +46,8 @@ cdef class Device(_DeviceReadout):
     backends sim (counted) and host (PROT_NONE reservations, pages given back
     to the OS on unmap).
     ``release_threshold``: with paged, bytes of free granules each kind keeps
-    mapped for reuse (trimmed by empty_cache()).
+    mapped for reuse (trimmed by empty_cache()); 0 (the default) keeps none,
+    spare slabs included.  Refused without paged.
     ``thread_caches``: "off", "on" or "auto" (from the first time two threads
     meet at a pool's lock): a cache of small blocks per thread in front of
     each kind's pools but the media window's, as ``Pool(thread_caches=...)``, for callers that
@@ -91,8 +92,13 @@ cdef class Device(_DeviceReadout):
             parts.growth.set_pool_sizes(pool_sizes)
         cdef ascm_device_config cfg
         _budget_config(&cfg, self.profile, lay, self.mode)
+        # checked whether paged or not: a bad value is refused, never ignored (issue 45.12)
+        cdef uint64_t threshold = as_u64(release_threshold, "release_threshold")
+        if threshold and not paged:
+            raise InvalidArgumentError("release_threshold applies to paged devices: give "
+                                       "paged=True")
         if paged:
-            _paged_config(&cfg, self, parts, as_u64(release_threshold, "release_threshold"))
+            _paged_config(&cfg, self, parts, threshold)
         parts.growth.configure(&cfg)  # takes the first chunks
         if ascm_device_create(&cfg, &self._d) != ASCM_OK:
             raise OutOfMemoryError("host memory for the device's metadata ran out")
@@ -252,7 +258,10 @@ cdef class Device(_DeviceReadout):
         slots (requests up to 32 KiB less the 32 bytes the runtime's rule
         adds: 32,736 bytes through malloc) share slabs with other blocks and
         stay resident, contents in place.  Returns the bytes given back.
-        Needs Device(paged=True)."""
+        The tag must be one some block was allocated with on this device (a
+        mistyped one raises InvalidArgumentError); one with no block right
+        now may sleep, and takes no new block until it wakes.  Needs
+        Device(paged=True)."""
         return _sleep_tag(self, tag, keep)
 
     def wake(self, tag):

@@ -12,6 +12,9 @@ cdef str _pool_config_problem(ascm_pool_config *c):
         return f"granule {page} must be at least min_block {c.min_block}"
     if c.size == 0 or c.size % c.min_block:
         return f"size {c.size} must be a non-zero multiple of min_block {c.min_block}"
+    if c.paged and c.size % page:
+        return (f"size {c.size} must be a multiple of the granule {page}: a paged pool maps "
+                f"whole granules, and one reaching past the range would not be the pool's")
     if c.base % c.min_block:
         return f"base {c.base:#x} must be a multiple of min_block {c.min_block}"
     if c.base + c.size < c.base:
@@ -166,7 +169,7 @@ cdef class Pool:
         np = _numpy()
         out = np.empty(sz.shape[0], dtype=np.uint64)
         cdef uint64_t[::1] addrs = out
-        cdef size_t done = 0, undone = 0, n = sz.shape[0]
+        cdef size_t done = 0, n = sz.shape[0]
         cdef int st = ASCM_OK
         cdef ascm_stats s
         if n:
@@ -175,11 +178,8 @@ cdef class Pool:
         if st != ASCM_OK:
             if self._closed:
                 raise ClosedError("the pool is closed")
-            ascm_pool_stats(self._p, &s)  # as it was when the request failed
+            ascm_pool_stats(self._p, &s)  # the C batch gave its blocks back already
             msg = _alloc_failure(st, sz[done], al, self.capacity, &s)
-            if done:
-                with nogil:
-                    ascm_pool_free_many(self._p, &addrs[0], done, &undone)
             _raise(st, f"alloc_many: item {done} of {n}: {msg}; the {done} blocks already "
                        f"allocated were given back")
         return out

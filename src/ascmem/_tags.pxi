@@ -17,6 +17,7 @@ cdef class _TagRegistry:
     cdef dict tag_of        # address -> tag
     cdef dict members       # tag -> set of addresses
     cdef dict sleeping      # tag -> {address: saved bytes (None: not kept) or False: resident}
+    cdef set known          # every tag a block was allocated with (resets keep it)
     cdef Py_ssize_t tracked # tagged live blocks and open exports: the free path's one test
     cdef dict aligned       # tag -> alignment of its later blocks (align_tag)
     cdef set shareable      # tags whose blocks can be exported (align_tag(shareable=True))
@@ -28,12 +29,14 @@ cdef class _TagRegistry:
         self.tag_of = {}
         self.members = {}
         self.sleeping = {}
+        self.known = set()
         self.aligned = {}
         self.shareable = set()
         self.cost_at = {}
         self.cost_of = {}
 
     cdef add(self, uint64_t addr, object tag):
+        self.known.add(tag)
         self.tag_of[addr] = tag
         self.members.setdefault(tag, set()).add(addr)
         self.tracked += 1
@@ -116,6 +119,13 @@ cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
                                "address")
     if tag in tags.sleeping:
         raise InvalidArgumentError(f"sleep: tag {tag!r} is asleep already")
+    # A tag no block was ever allocated with is a mistake (a typo would sleep
+    # nothing and then refuse the right name's allocations until a wake,
+    # issue 45.16).  A known tag with no block right now may sleep: it then
+    # takes no new block until it wakes, as any sleeping tag.
+    if tag not in tags.known:
+        raise InvalidArgumentError(f"sleep: no block was ever allocated with tag {tag!r} on "
+                                   f"this device")
     addrs = sorted(tags.members.get(tag, ()))
     for a in addrs:
         _refuse_exported(parts, a, "sleep")  # importers map it

@@ -48,11 +48,20 @@ cdef class _BlockBuffer:
     protocol, counting exports so that the block cannot be freed under them.
     Made by Device.buffer() only.  It holds its Device: a Device dropped
     without close() gives its memory back when it is deallocated, and a view
-    (or a numpy array on one) written after that was a segmentation fault."""
+    (or a numpy array on one) written after that was a segmentation fault.
+
+    It exports only while an export of it is alive: the block's guard
+    against free, sleep and reset is a live export, so once the last one is
+    released the block may be gone (freed by the fast path, which does not
+    look here) and the buffer refuses for good.  Without that,
+    memoryview(dev.buffer(p).obj) reached the memory of a freed, sleeping or
+    reset block (issue 45.2)."""
     cdef object device
     cdef _ViewRegistry views
     cdef uint64_t addr, nbytes
     cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t exports  # live exports of this buffer
+    cdef bint retired        # its exports all ended: refuses from now on
 
     def __cinit__(self, token, device, _ViewRegistry views, uint64_t addr, uint64_t nbytes):
         if token is not _BUFFER_TOKEN:
@@ -65,6 +74,10 @@ cdef class _BlockBuffer:
     def __getbuffer__(self, Py_buffer *view, int flags):
         if self.views is None or self.views.closed:
             raise DeviceClosedError("the device of this buffer is closed")
+        if self.retired:
+            raise InvalidArgumentError(f"the buffer of the block at {self.addr:#x} was released: "
+                                       f"the block may be freed, asleep or reset since; ask "
+                                       f"Device.buffer() again")
         self.shape[0] = <Py_ssize_t>self.nbytes
         view.buf = <void *><size_t>self.addr
         view.obj = self
@@ -78,8 +91,12 @@ cdef class _BlockBuffer:
         view.suboffsets = NULL
         view.internal = NULL
         self.views.add(self.addr)
+        self.exports += 1
 
     def __releasebuffer__(self, Py_buffer *view):
+        self.exports -= 1
+        if self.exports <= 0:
+            self.retired = True
         if self.views is not None:  # None: the collector cleared it, in a cycle going away
             self.views.remove(self.addr)
 
