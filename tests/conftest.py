@@ -1,11 +1,7 @@
-import os
-
 import pytest
 
 import ascmem
 
-SHARED = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-TRACE = os.path.join(SHARED, "traces", "pipeline.csv.gz")
 
 MiB = 1 << 20
 BASE = 1 << 32  # a non-zero base, so that address 0 is never a valid block

@@ -307,15 +307,11 @@ def frugality(traces, names, resolution):
 
 
 def _traces(quick):
-    """The frugality table's traces: the recorded pipeline beside the
-    repository when it is there, then every shipped example; a smoke run
-    takes two small real ones."""
+    """The frugality table's traces: every shipped example (what a clone
+    has); a smoke run takes two small real ones."""
     if quick:
         return [tr.example("resnet50_multires"), tr.example("encoder_varlen")]
-    shared = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "traces",
-                                           "pipeline.csv.gz"))
-    out = [tr.load(shared)] if os.path.exists(shared) else []
-    return out + [tr.example(name) for name in tr.example_names()]
+    return [tr.example(name) for name in tr.example_names()]
 
 
 def main(argv=None):
