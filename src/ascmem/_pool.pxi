@@ -34,8 +34,7 @@ cdef int _caches_mode(object name) except -1:
 cdef object _default_caches(object name, bint paged):
     """A thread_caches argument, its default (None) resolved: "auto", which
     costs a pool no thread ever shares nothing (caches come on only when two
-    threads meet at its lock) and won or tied every multi-thread benchmark
-    against "off" (BENCHMARKS.md, "Thread caches on by contention"); "off"
+    threads meet at its lock) and helps where threads share it; "off"
     for a paged pool or device, whose caches are not built."""
     if name is None:
         return "off" if paged else "auto"

@@ -286,8 +286,7 @@ def c_threads(runs):
     out = {}
     for name, cmd in runs_of.items():
         # every CPU this process had before main() pinned it to one: threads
-        # pinned to one core wait for each other (producer-consumer read 0.1
-        # M pairs/s so, 3-6 unpinned)
+        # pinned to one core wait for each other, and would measure that
         text = subprocess.run([os.path.join(bench_dir, cmd[0])] + cmd[1:], check=True,
                               capture_output=True, text=True, preexec_fn=_unpin).stdout
         out[name] = {k: float(v) for k, v in (line.split() for line in text.strip().splitlines())}
@@ -341,7 +340,6 @@ def _run(args):
     number, repeat = (2000, 3) if args.quick else (20_000, 61)
     # one core for everything, as the C benchmark runs under taskset: a
     # process the scheduler moves between cores starts over with cold caches
-    # (the 100,000-block batch read 150-170 ns pinned, 214-258 ns not)
     pinned = ""
     if hasattr(os, "sched_setaffinity"):
         try:
