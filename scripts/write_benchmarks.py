@@ -98,11 +98,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a smoke run: tiny counts")
     ap.add_argument("-o", "--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     args = ap.parse_args(argv)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     bench = _run([sys.executable, "-m", "ascmem", "bench"] + (["--quick"] if args.quick else []))
     if shutil.which("valgrind") and shutil.which("make"):
         instructions = _run(["make", "-s", "-C", "benchmarks/c", "instructions"])
     else:
         instructions = "(not measured: needs valgrind and make)"
+    load = (f" The host's load average (1 minute) was {load_before:.1f} at the start and "
+            f"{os.getloadavg()[0]:.1f} at the end; on a busy host every time is longer and "
+            "the threads' figures are the first to suffer." if load_before is not None else "")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     text = f"""# Benchmarks
 
@@ -115,7 +119,7 @@ python scripts/write_benchmarks.py      # runs the two commands below, writes th
 
 which runs `ascmem bench` (the same as `python benchmarks/compare.py`) and
 `make -C benchmarks/c instructions`. Run {when}{" (--quick: a smoke run)" if args.quick else ""} on
-{_machine()}. Earlier figures and the measurements behind each design choice
+{_machine()}.{load} Earlier figures and the measurements behind each design choice
 are in git history.
 
 ## `ascmem bench`
