@@ -188,10 +188,9 @@ int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen);
  * threads meet at the lock.  Statistics, check() and walks
  * flush every cache first, so they stay exact; an allocation that finds no
  * room flushes them and tries again.  They pay where threads free the small
- * blocks they allocate (two threads on slab sizes: about 2.5x the pairs per
- * second); blocks freed by another thread would cost more than through the
- * lock, so a thread that mostly allocates or mostly frees passes its cache
- * by (BENCHMARKS.md).  ASCM_ERR_INVAL for another mode, or for ON or AUTO on a
+ * blocks they allocate; blocks freed by another thread would cost more than
+ * through the lock, so a thread that mostly allocates or mostly frees passes
+ * its cache by.  ASCM_ERR_INVAL for another mode, or for ON or AUTO on a
  * single-threaded pool. */
 enum { ASCM_CACHES_OFF = 0, ASCM_CACHES_ON = 1, ASCM_CACHES_AUTO = 2 };
 int ascm_pool_set_thread_caches(ascm_pool *p, int mode);

@@ -14,10 +14,8 @@ static inline void cpu_relax(void) {
 
 void ascm_lock_slow(ascm_lock *l) {
     /* Exponential backoff between looks (1, 2, 4 ... 64 pauses), then a yield:
-     * waiters that poll the line less often let the holder keep it, which
-     * gave two threads on one pool 1.5x and a producer-consumer pair 1.8x
-     * the pairs per second of polling after every pause, one thread
-     * unchanged (benchmarks/c threads; BENCHMARKS.md). */
+     * waiters that poll the line less often let the holder keep it, so the
+     * holder finishes sooner and the lock changes hands less often. */
     unsigned backoff = 1;
     atomic_fetch_add_explicit(&l->waiters, 1, memory_order_relaxed);
     for (unsigned spins = 0;; spins++) {

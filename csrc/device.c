@@ -299,17 +299,15 @@ static int try_rest(ascm_device *d, const ascm_route *r, int st, uint64_t *addr,
 }
 
 /* In line in both callers, and ascm_device_try_malloc_held (an entry point,
- * ASCM_ENTRY) in line in the Cython module's malloc: the two calls and their
- * seven arguments were ~30 instructions of a ~1,190-instruction Python Device
- * pair (with ascm_device_free_held in line too, 1,194 -> 1,145). */
+ * ASCM_ENTRY) in line in the Cython module's malloc: the calls and their seven
+ * arguments would otherwise be paid on every Device allocation. */
 ASCM_SPECIALISED int device_try(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                                 uint64_t *addr, int *kind, int *events) {
     *events = 0;
     ascm_route r;
     if (ASCM_LIKELY(mode == ASCM_SIZE_MALLOC && policy == HUGE_FIRST) && size - 1 < (1ull << 62)) {
         /* aclrtMalloc's default policy, nearly every request: route()'s
-         * default case without the general one (Python Device pair at 64 B
-         * 1,322 -> 1,275 instructions) */
+         * default case without the general one */
         uint64_t rounded = malloc_size(size);
         int k = huge_first_kind(rounded);
         *kind = k;
@@ -438,8 +436,7 @@ int ascm_device_kind_of(const ascm_device *d, uint64_t addr) {
 
 /* A free looks first in the kind the last free found its block in: a
  * workload frees mostly one kind, and for normal pages -- most blocks of
- * the real-model traces -- the kinds' order looks at huge pages first
- * (Python Device pair at 64 B 1,267 -> 1,245 instructions, 1 MiB unchanged).
+ * the real-model traces -- the kinds' order would look at huge pages first.
  * The hint is a kind, never a pointer, so a stale one costs a look. */
 static inline int device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) {
     int hint = atomic_load_explicit(&d->free_kind, memory_order_relaxed);

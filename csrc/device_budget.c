@@ -6,10 +6,8 @@
  * Pools report page deltas through their charge hook, which runs with the
  * pool's lock held.  Every pool the budget charges shares one lock, the
  * device's (ascm_pool_create_shared), so the hook needs no lock of its own:
- * a pair that empties and refills a huge page took a second lock twice when
- * the budget had a lock of its own (C, 1 MiB pair: 532 -> 495 instructions,
- * 80-98 -> 62-72 ns; `make -C benchmarks/c instructions`, bench_core).  The
- * cost: pools of different kinds wait for each other, where before they met
+ * with a lock of the budget's own, a pair that empties and refills a huge
+ * page would take a second lock twice.  The cost: pools of different kinds wait for each other, where before they met
  * only at page changes (with thread caches, slab sizes take no lock).
  */
 #include "device_internal.h"
@@ -79,8 +77,8 @@ void ascm_device_huge_pages(ascm_device *d, uint64_t *charged, uint64_t *held) {
 int ascm_device_charge_fixed(ascm_device *d, int64_t delta) {
     budget_lock(d);
     uint64_t old = d->b.fixed;
-    /* more given back than was taken wrapped `fixed` to nearly 2^64, and
-     * every later allocation failed the budget (thirteenth session) */
+    /* more given back than was taken would wrap `fixed` to nearly 2^64, and
+     * every later allocation would fail the budget */
     int st = delta < 0 && 0 - (uint64_t)delta > old ? ASCM_ERR_INVAL : ASCM_OK;
     if (st == ASCM_OK) {
         d->b.fixed += (uint64_t)delta;

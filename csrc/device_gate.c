@@ -12,9 +12,8 @@
  * per thread.  Its count is written by that thread alone, with a plain store
  * and no fence, and quiesce raises `shut`, runs the barrier and waits for
  * every seat to read zero (the Dekker pattern again, its fence moved to the
- * rare side).  Two atomic additions a call cost a Device pair with thread
- * caches ~16 ns: one thread 23.5 -> 38 M pairs/s with them gone
- * (BENCHMARKS.md, "The gate's seats").  A thread that finds no free seat
+ * rare side): a call pays a plain store instead of two atomic additions on
+ * a line other threads write.  A thread that finds no free seat
  * (ASCM_GATE_SEATS threads have claimed them; seats are never given back,
  * since a thread's exit cannot know whether the device still exists), or
  * no barrier, counts in the stripes (stripes.h), with atomic additions. */

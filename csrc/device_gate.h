@@ -1,8 +1,8 @@
 /* The device gate's way in and out (device_gate.c says what the gate is):
  * included by device.c alone, so that the thread's table of seats is local
  * to one file and the calls go in line in the entry points (out of line,
- * the calls and the spills around them were ~80 instructions of a C Device
- * pair).  Only the thread that entered leaves. */
+ * the calls and the register spills around them would be paid on every
+ * call).  Only the thread that entered leaves. */
 #ifndef ASCMEM_DEVICE_GATE_H
 #define ASCMEM_DEVICE_GATE_H
 

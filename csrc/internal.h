@@ -23,10 +23,9 @@
 #define ASCM_SPECIALISED static inline __attribute__((always_inline))
 /* The pool's alloc and free entry points, and the device's held ones:
  * external functions that LTO puts in line in their callers (the device,
- * the Cython module, the C benchmarks), where GCC's own size limit stopped
- * inlining them once the slab path was in line in them (a Device pair of
- * 1 MiB, 445 -> 487 instructions, 435 with this; device.c, device_try, for
- * the device's). */
+ * the Cython module, the C benchmarks), where GCC's own size limit stops
+ * inlining them once the slab path is in line in them (device.c,
+ * device_try, for the device's). */
 #define ASCM_ENTRY __attribute__((always_inline)) inline
 #define ASCM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define ASCM_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -84,9 +83,8 @@ typedef struct {
 void ascm_lock_slow(ascm_lock *l);
 /* For a holder part-way through a long call (a batch): lets a waiting thread
  * take the lock, then takes it again.  Releasing and taking it again at once
- * let no one in: a waiter polls between pauses, and the holder was always
- * first (a single allocation waited 22-168 ms behind batches of 100,000
- * blocks).  Waits a bounded time for the hand-over. */
+ * lets no one in: a waiter polls between pauses, and the holder is always
+ * first, so a single allocation would wait for whole batches.  Waits a bounded time for the hand-over. */
 void ascm_lock_hand_over(ascm_lock *l);
 static inline int ascm_lock_waited_for(ascm_lock *l) {
     return atomic_load_explicit(&l->waiters, memory_order_relaxed) != 0;

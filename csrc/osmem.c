@@ -34,8 +34,8 @@ void ascm_free_big(void *p, size_t bytes) {
 
 int ascm_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got) {
     *got = ASCM_OS_NORMAL;
-    /* size + align wrapping past 2^64 reserved a few pages and reported
-     * success for the whole size (thirteenth session) */
+    /* size + align wrapping past 2^64 would reserve a few pages and report
+     * success for the whole size */
     if (size == 0 || !ascm_is_pow2(align) || size + align < size) return ASCM_ERR_INVAL;
     if (want_huge && size % (2u << 20) == 0) {
         /* explicit huge pages, when configured: without MAP_NORESERVE the

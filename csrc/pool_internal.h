@@ -90,8 +90,7 @@ static inline int check_request(const ascm_pool *p, uint64_t size, uint64_t alig
 
 /* A padded request refused before anything is looked at: a size of 0 (as
  * ascm_pool_alloc), a pad over ASCM_MAX_PAD, or one that wraps past 2^64
- * (relabel handed such a request a small block, found in the thirteenth
- * session). */
+ * (it would look like a small request and be handed a small block). */
 static inline int bad_padded(uint64_t size, uint64_t pad) {
     return size == 0 || pad > ASCM_MAX_PAD || size + pad < size;
 }

@@ -10,15 +10,10 @@
  * of [1, 2), [2, 4), [4, 8) ... granules, the largest classes sharing the
  * last region.  In a paged pool a granule stays mapped while any live byte
  * is in it; in one region, long-lived blocks pin the granules short-lived
- * blocks of other sizes leave.  Physical efficiency (peak live / peak
- * mapped, `ascmem fit --paged`), plain best fit -> classes, 2 MiB granules:
- * the recorded pipeline 0.886 -> 0.915, batch_inference 0.992 -> 0.998, a CNN
- * training trace 0.971 -> 0.994, every other trace unchanged; at 64 KiB the
- * pipeline 0.992 -> 0.996 and the decoder 0.987 -> 0.990.
- * (scripts/paged_placement_sim.py tries rules before they are written here:
- * a region per exact size below a granule, 0.931 on the pipeline, cost the
- * decoder 0.936 -> 0.702; two regions, under and over a granule, cost
- * resnet50 0.979 -> 0.968.)  A region is at least REGION_GRANULES granules,
+ * blocks of other sizes leave; blocks of one class have similar lifetimes
+ * (docs/ARCHITECTURE.md, Note [Size-class regions]; scripts/
+ * paged_placement_sim.py tries other rules on every trace before they are
+ * written here).  A region is at least REGION_GRANULES granules,
  * so small ranges keep one. */
 #define PAGED_REGIONS 16u
 #define REGION_GRANULES 64u

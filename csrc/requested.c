@@ -3,10 +3,8 @@
  * cannot give them), per device index and stat type, with peaks.
  *
  * Each thread counts in a record of its own: a load and a store on its own
- * line per call, no locked instruction.  With one shared counter per type,
- * every call of every thread wrote the same line, and two threads in the
- * pluggable functions ran 1.1x one thread against 1.9x without the count
- * (BENCHMARKS.md, "Threads on one Device").  A reader sums the shared part
+ * line per call, no locked instruction, where one shared counter per type
+ * would be a line every call of every thread writes.  A reader sums the shared part
  * and every record, so the current bytes are exact whenever no call is
  * under way.
  *

@@ -3,10 +3,9 @@
  * thread counts itself in the stripe its id hashes to, so two threads'
  * calls rarely write the same line, and whoever waits for the callers to
  * leave reads every stripe.  A thread's id is stable while it runs, so the
- * decrement of a call finds the counter its increment raised.  With one
- * shared counter, two threads on one Device with thread caches ran 0.92x
- * the pairs per second of one (1.46x with no count at all; BENCHMARKS.md,
- * "Threads on one Device").  Header-only: the exported-function files
+ * decrement of a call finds the counter its increment raised.  One shared
+ * counter would be a line every call of every thread writes, and two
+ * threads would run slower than one.  Header-only: the exported-function files
  * (pluggable.c, acl_allocator.c) include the public header and this alone. */
 #ifndef ASCMEM_STRIPES_H
 #define ASCMEM_STRIPES_H

@@ -7,8 +7,7 @@
  * that frees blocks another thread allocated moves the slab's lines between
  * cores on each call, which the lock batches better, so while caches are on
  * a thread that mostly allocates or mostly frees passes its cache by
- * (passes()); with that, caches tie the lock on producer-consumer and win
- * elsewhere (BENCHMARKS.md, "Thread caches on by contention").
+ * (passes()).
  *
  * Slot states: free (taken bit 0), live (taken 1, live flag 1: a caller
  * holds it), cached (taken 1, live 0: in some thread's cache).  The live
@@ -46,9 +45,8 @@
 #include <stdlib.h>
 
 #define TC_SLOTS 32           /* slots a class may hold */
-/* 256 KiB: with 64 KiB, one cached call in 15 took the lock for a refill or
- * flush, mostly in the large classes, and two threads on slab sizes ran
- * 12.5-18.2 M pairs/s against 16.7-25.5 now (BENCHMARKS.md) */
+/* 256 KiB: a smaller class sends the large classes' cached calls to the lock
+ * for refills and flushes too often to pay */
 #define TC_CLASS_BYTES 262144 /* ... and bytes: a class holds at most this, */
 #define TC_MIN_SLOTS 4        /* or this many slots */
 #define TC_POOLS 8           /* pools one thread keeps caches for */
@@ -235,8 +233,8 @@ static __attribute__((noinline)) ascm_tcache *cache_of_slow(ascm_pool *p) {
 }
 
 /* This thread's cache for p, made if need be; NULL when none can be had.
- * The first entry in line (a call, a loop over eight entries and the
- * thread-local load were ~19 instructions of a cached call). */
+ * The first entry in line: the common case is one pool per thread, and a
+ * call with a loop would be a large part of a cached call. */
 static inline ascm_tcache *cache_of(ascm_pool *p) {
     thread_caches *t = mine;
     if (ASCM_LIKELY(t != NULL) && ASCM_LIKELY(t->pool[0] == p) && ASCM_LIKELY(t->uid[0] == p->uid))
@@ -254,9 +252,8 @@ static inline ascm_tcache *cache_of(ascm_pool *p) {
  * flag to fall and takes the locks.  The barrier orders each owner's flag
  * before its look, the fence an owner no longer pays: either the owner sees
  * the stop flag, and takes the lock as before, or the stopper sees it busy,
- * and waits.  `make -C benchmarks/c threads`: one thread on slab sizes with
- * caches 30.4 -> 40 M pairs/s, faster than the pool without caches (34);
- * BENCHMARKS.md, "The owner's way in".  Without a barrier (not Linux, or
+ * and waits.  So a thread alone with its cache pays no fence and no lock
+ * per call.  Without a barrier (not Linux, or
  * ASCMEM_NO_BARRIER=1), owners take the lock. */
 static inline int owner_enter(ascm_tcache *c) { /* 1: by the flag; 0: holding the lock */
     if (ASCM_LIKELY(atomic_load_explicit(&ascm_barrier_on, memory_order_relaxed))) {
@@ -278,8 +275,7 @@ static inline void owner_leave(ascm_tcache *c, int flag) {
 
 /* A cache pays only when its thread frees what it allocates: a block freed
  * by another thread moves its slab's lines between cores on every call, and
- * a cache cannot batch that away (producer-consumer pairs ran 30% slower
- * through caches than through the lock).  So each TC_WINDOW calls the
+ * a cache cannot batch that away as the lock does.  So each TC_WINDOW calls the
  * thread's balance is looked at: a thread that mostly allocates, or mostly
  * frees, passes its cache by (its slots go back) until it balances again. */
 static __attribute__((noinline)) int look_at_balance(ascm_pool *p, ascm_tcache *c) {
@@ -299,8 +295,7 @@ static __attribute__((noinline)) int look_at_balance(ascm_pool *p, ascm_tcache *
 }
 
 /* Whether the owner passes its cache by; counts the call.  In line but for
- * the look at the window's end (out of line, the count was ~25 instructions
- * of a cached call). */
+ * the look at the window's end, since it runs on every cached call. */
 static inline int passes(ascm_pool *p, ascm_tcache *c, int is_alloc) {
     c->window_allocs += (uint32_t)is_alloc;
     if (ASCM_LIKELY(--c->window_left != 0)) return c->bypass;

@@ -1,11 +1,7 @@
-import os
-
 import pytest
 
 import ascmem
 
-SHARED = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-TRACE = os.path.join(SHARED, "traces", "pipeline.csv.gz")
 
 MiB = 1 << 20
 BASE = 1 << 32  # a non-zero base, so that address 0 is never a valid block
@@ -23,3 +19,13 @@ def make_buddy(size=64 * MiB):
 def allocator(request):
     """One contract suite over every allocator variant."""
     return make_pool() if request.param == "pool" else make_buddy()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the tests slow_tests.py lists as slow (see pyproject's markers)."""
+    from slow_tests import SLOW_FILES, SLOW_TESTS
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        test = "::".join(item.nodeid.split("[")[0].split("::")[:2])
+        if path in SLOW_FILES or test in SLOW_TESTS:
+            item.add_marker("slow")

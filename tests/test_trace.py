@@ -1,14 +1,12 @@
 """Traces: round trips, min_capacity, malformed input."""
 import gzip
 import io
-import os
 
 import pytest
 
 import ascmem
 from ascmem import trace as tr
 from ascmem.rules import MiB
-from conftest import TRACE
 
 
 def small_trace(text):
@@ -77,12 +75,13 @@ def test_min_capacity_known_by_construction():
     assert tr.min_capacity(t, "pool") == 4 * MiB
 
 
-@pytest.mark.skipif(not os.path.exists(TRACE), reason="needs ../shared/traces (the team's recorded trace)")
-def test_efficiency_on_the_recorded_trace_beats_best_fit_and_tlsf():
-    t = tr.load(TRACE)
+def test_efficiency_on_a_real_trace_beats_best_fit_and_tlsf():
+    # a shipped trace recorded with torch's profiler (pool 1.0, best fit 0.82,
+    # tlsf 0.66 when pinned): the kept block reused in place beats best fit
+    t = tr.example("resnet50_multires")
     eff_pool, _ = tr.efficiency(t, "pool", resolution=64 * 1024)
     eff_best, _ = tr.efficiency(t, "bestfit", resolution=64 * 1024)
-    assert eff_pool >= 0.80 and eff_pool >= eff_best
+    assert eff_pool >= 0.95 and eff_pool > eff_best
     if tr.tlsf_available():
         assert eff_pool > tr.efficiency(t, "tlsf", resolution=64 * 1024)[0]
 

@@ -6,9 +6,8 @@ Pool (_pool.pxi), BuddyAllocator (_buddy.pxi), Device and the rest in the
 # binding=False: methods are CPython method descriptors, not Cython function
 # objects, so a call takes CPython's own specialised path (3.11's adaptive
 # interpreter has one for method descriptors, none for Cython's functions):
-# a Python alloc + free pair is about 175 instructions shorter at every size,
-# the floor's (NoopPool) as much (BENCHMARKS.md, eleventh session).  The
-# clinic-format signature in each docstring keeps inspect.signature() working.
+# that path is the whole call of a pair from Python, so it is most of what a
+# pair costs beyond the allocator's work.  The clinic-format signature in each docstring keeps inspect.signature() working.
 
 cimport cython
 from cpython.long cimport PyLong_Check, PyLong_CheckExact
@@ -289,6 +288,5 @@ include "_device_parts.pxi"
 include "_device_readout.pxi"
 include "_device.pxi"
 include "_device_paths.pxi"
-include "_fastcall.pxi"
 include "_acl_allocator.pxi"
 include "_capi.pxi"

@@ -22,8 +22,7 @@ cdef inline int _alloc_first_try(Device dev, object size, object policy, int mod
 cdef inline object _malloc(Device dev, object size, object policy, object stream, object tag,
                            int mode):
     """Device.malloc and malloc_align32 (mode ASCM_SIZE_MALLOC or _ALIGN32, a
-    constant at each call), and malloc's positional fast call
-    (_fastcall.pxi)."""
+    constant at each call)."""
     cdef uint64_t addr = 0
     cdef int kind = -1, events = 0
     cdef int st = _alloc_first_try(dev, size, policy, mode, stream, tag, &addr, &kind, &events)

@@ -1,5 +1,4 @@
-# Pool: best fit and slabs over one range (csrc/pool*.c), and NoopPool, the
-# floor its benchmarks are read against.  Included by _core.pyx.
+# Pool: best fit and slabs over one range (csrc/pool*.c).  Included by _core.pyx.
 
 cdef str _pool_config_problem(ascm_pool_config *c):
     """Which rule of ascm_pool_create a configuration breaks, in words."""
@@ -38,8 +37,7 @@ cdef int _caches_mode(object name) except -1:
 cdef object _default_caches(object name, bint paged):
     """A thread_caches argument, its default (None) resolved: "auto", which
     costs a pool no thread ever shares nothing (caches come on only when two
-    threads meet at its lock) and won or tied every multi-thread benchmark
-    against "off" (BENCHMARKS.md, "Thread caches on by contention"); "off"
+    threads meet at its lock) and helps where threads share it; "off"
     for a paged pool or device, whose caches are not built."""
     if name is None:
         return "off" if paged else "auto"
@@ -279,8 +277,7 @@ cdef class Pool:
                 f"used={_fmt_bytes(s['used'])} live={s['live_count']}>")
 
 
-# Pool.alloc's and Pool.free's bodies, shared with their positional fast
-# calls (_fastcall.pxi); in line in both.
+# Pool.alloc's and Pool.free's bodies, in line; the error paths stay out of line.
 cdef inline object _pool_alloc(Pool self, object nbytes, uint64_t al):
     cdef uint64_t addr, size = as_u64(nbytes, "size")
     cdef int st = ascm_pool_alloc(self._p, size, al, &addr)
@@ -302,37 +299,3 @@ cdef int _pool_free_failed(Pool self, int st, uint64_t a) except -1:
         raise ClosedError("the pool is closed")
     _raise(st, f"{a:#x} is not the start of a live block of this pool")
     return -1
-
-
-# ---- the floor for benchmarks ----------------------------------------------------
-
-@cython.final
-cdef class NoopPool:
-    """Same call signatures as Pool, no work: a benchmark's floor (what a
-    Python -> Cython call pair costs with nothing behind it)."""
-
-    def alloc(self, nbytes, align=64):
-        return _noop_alloc(nbytes)
-
-    def free(self, addr):
-        as_u64(addr, "address")
-
-
-cdef inline object _noop_alloc(object nbytes):
-    # An address-sized result, as any allocator must return.  Returning
-    # nbytes itself handed back CPython's cached small int for 64 and so
-    # skipped the int allocation every real address costs (~15 ns).
-    return as_u64(nbytes, "size") | (<uint64_t>1 << 40)
-
-
-@cython.final
-cdef class FastcallNoopPool:
-    """NoopPool whose alloc and free take a positional call by an entry of
-    their own, as Pool's do (_fastcall.pxi): the floor for reading Pool /
-    floor like for like (benchmarks/python_instructions.py)."""
-
-    def alloc(self, nbytes, align=64):
-        return _noop_alloc(nbytes)
-
-    def free(self, addr):
-        as_u64(addr, "address")

@@ -5,8 +5,8 @@
 
 Speed: median ns per allocate+free pair from Python, for ascmem's Pool,
 BuddyAllocator and Device, the PyPI package tlsfallocator (OffsetAllocator) and
-the floor (NoopPool: a Cython method pair that does nothing; and the same
-with the calls parsed as Pool's are, FastcallNoopPool).  Ratios are to
+the floor (NoopPool: a Cython method pair that does nothing, built on the spot
+when Cython and a C compiler are there).  Ratios are to
 the floor and to tlsfallocator, measured in the same process, so machine speed
 and noise cancel as far as they can.  Batch calls, the C core (built on the
 spot when a C compiler is there) and the frugality of each allocator on the
@@ -30,11 +30,60 @@ import numpy as np  # noqa: E402
 
 import ascmem
 from ascmem import trace as tr
-from ascmem._core import FastcallNoopPool, NoopPool
 
 MiB = 1 << 20
 SIZES = (64, 4096, MiB, 64 * MiB)
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# The floor: a Cython method pair with Pool's signatures that only converts its
+# arguments, compiled with ascmem._core's directives, so Pool / floor reads
+# what Pool's work costs beyond the call itself.  It is the benchmark's
+# reference, not part of the package: built here, in a temporary folder.
+FLOOR_PYX = """# cython: language_level=3, binding=False
+cimport cython
+from libc.stdint cimport uint64_t
+
+@cython.final
+cdef class NoopPool:
+    def alloc(self, nbytes, align=64):
+        cdef uint64_t n = nbytes
+        return n | (<uint64_t>1 << 40)  # an address-sized int, as a real allocator returns
+
+    def free(self, addr):
+        cdef uint64_t a = addr
+"""
+FLOOR_SETUP = """
+from setuptools import Extension, setup
+from Cython.Build import cythonize
+setup(name="ascmem_floor", script_args=["build_ext", "--inplace", "-q"],
+      ext_modules=cythonize([Extension("ascmem_floor", ["ascmem_floor.pyx"])], quiet=True))
+"""
+_FLOOR = []
+
+
+def floor_module():
+    """The floor's module (its NoopPool class), built once per process; None
+    when Cython or a C compiler is missing."""
+    if not _FLOOR:
+        import atexit
+        d = tempfile.mkdtemp(prefix="ascmem_floor_")
+        atexit.register(shutil.rmtree, d, True)
+        with open(os.path.join(d, "ascmem_floor.pyx"), "w") as f:
+            f.write(FLOOR_PYX)
+        built = subprocess.run([sys.executable, "-c", FLOOR_SETUP], cwd=d,
+                               capture_output=True).returncode == 0
+        module = None
+        if built:
+            sys.path.insert(0, d)
+            try:
+                import ascmem_floor as module
+            except ImportError:
+                module = None
+            finally:
+                sys.path.remove(d)
+        _FLOOR.append(module)
+    return _FLOOR[0]
 
 
 def _median_ns(stmt, env, number, repeat):
@@ -53,17 +102,15 @@ def python_pairs(number, repeat):
     resident = [paged.alloc(n) for n in SIZES if n < MiB]  # small pairs: their slab stays live
     buddy = ascmem.BuddyAllocator(1 << 30, base=1 << 32)
     dev = ascmem.Device("atlas-training")
-    floor = NoopPool()
-    env = {"pool": pool, "paged": paged, "resident": resident, "buddy": buddy, "dev": dev,
-           "floor": floor, "floor2": FastcallNoopPool()}
-    # the second floor parses its calls as Pool's and Device's do
-    # (_fastcall.pxi): Pool / it reads their work like for like
-    peers = [("floor (NoopPool)", "floor.free(floor.alloc({n}))"),
-             ("floor, hand-parsed", "floor2.free(floor2.alloc({n}))"),
-             ("ascmem Pool", "pool.free(pool.alloc({n}))"),
+    env = {"pool": pool, "paged": paged, "resident": resident, "buddy": buddy, "dev": dev}
+    peers = [("ascmem Pool", "pool.free(pool.alloc({n}))"),
              ("ascmem Pool, paged", "paged.free(paged.alloc({n}))"),
              ("ascmem BuddyAllocator", "buddy.free(buddy.alloc({n}))"),
              ("ascmem Device.malloc", "dev.free(dev.malloc({n}))")]
+    floor = floor_module()
+    if floor is not None:
+        env["floor"] = floor.NoopPool()
+        peers.insert(0, (FLOOR, "floor.free(floor.alloc({n}))"))
     if tr.tlsf_available():
         import TLSFAllocator
         env["tlsf"] = TLSFAllocator.OffsetAllocator(1 << 30, 1 << 17)
@@ -271,8 +318,7 @@ def c_threads(runs):
     out = {}
     for name, cmd in runs_of.items():
         # every CPU this process had before main() pinned it to one: threads
-        # pinned to one core wait for each other (producer-consumer read 0.1
-        # M pairs/s so, 3-6 unpinned)
+        # pinned to one core wait for each other, and would measure that
         text = subprocess.run([os.path.join(bench_dir, cmd[0])] + cmd[1:], check=True,
                               capture_output=True, text=True, preexec_fn=_unpin).stdout
         out[name] = {k: float(v) for k, v in (line.split() for line in text.strip().splitlines())}
@@ -292,15 +338,11 @@ def frugality(traces, names, resolution):
 
 
 def _traces(quick):
-    """The frugality table's traces: the recorded pipeline beside the
-    repository when it is there, then every shipped example; a smoke run
-    takes two small real ones."""
+    """The frugality table's traces: every shipped example (what a clone
+    has); a smoke run takes two small real ones."""
     if quick:
         return [tr.example("resnet50_multires"), tr.example("encoder_varlen")]
-    shared = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "traces",
-                                           "pipeline.csv.gz"))
-    out = [tr.load(shared)] if os.path.exists(shared) else []
-    return out + [tr.example(name) for name in tr.example_names()]
+    return [tr.example(name) for name in tr.example_names()]
 
 
 def main(argv=None):
@@ -330,7 +372,6 @@ def _run(args):
     number, repeat = (2000, 3) if args.quick else (20_000, 61)
     # one core for everything, as the C benchmark runs under taskset: a
     # process the scheduler moves between cores starts over with cold caches
-    # (the 100,000-block batch read 150-170 ns pinned, 214-258 ns not)
     pinned = ""
     if hasattr(os, "sched_setaffinity"):
         try:
@@ -345,9 +386,12 @@ def _run(args):
     rows = python_pairs(number, repeat)
     figures = {"python_pairs": [{k: r[k] for k in ("peer", "size", "ns")} for r in rows]}
     by = {(r["peer"], r["size"]): r for r in rows}
+    has_floor = (FLOOR, SIZES[0]) in by
     tlsf = ("tlsfallocator", SIZES[0]) in by
     figures["tlsfallocator"] = tlsf
-    print("\nalloc+free pair from Python, median ns (median of same-repeat ratios to the floor" +
+    print("\nalloc+free pair from Python, median ns (" +
+          ("median of same-repeat ratios to the floor" if has_floor
+           else "no floor: it needs Cython and a C compiler") +
           ("; to tlsfallocator)" if tlsf else ")"))
     if not tlsf:
         print(TLSF_MISSING)
@@ -356,19 +400,16 @@ def _run(args):
         cells = []
         for n in SIZES:
             r = by[(peer, n)]
-            floor_ratio = paired_ratio(r, by[("floor (NoopPool)", n)])
+            floor_ratio = f"{paired_ratio(r, by[(FLOOR, n)]):.2f}x" if has_floor else "-"
             t = (f"; {paired_ratio(r, by[('tlsfallocator', n)]):.2f}x"
                  if ("tlsfallocator", n) in by else "")
-            cells.append(f"{r['ns']:8.1f} ({floor_ratio:.2f}x{t})")
+            cells.append(f"{r['ns']:8.1f} ({floor_ratio}{t})")
         print(f"{peer:24s}" + "".join(f"{c:>26s}" for c in cells))
     figures["warnings"] = noise(rows)
     if figures["warnings"]:
         load = f" (load average {os.getloadavg()[0]:.1f})" if hasattr(os, "getloadavg") else ""
         print(f"WARNING: this run was noisy{load}: " + "; ".join(figures["warnings"]) +
               ". Its ratios are not to be trusted: run it again on an idle machine.")
-    print("Pool pair / hand-parsed floor: " + ", ".join(
-        f"{_size(n)} {paired_ratio(by[('ascmem Pool', n)], by[('floor, hand-parsed', n)]):.2f}x"
-        for n in SIZES))
     print("Device pair / Pool pair: " + ", ".join(
         f"{_size(n)} {paired_ratio(by[('ascmem Device.malloc', n)], by[('ascmem Pool', n)]):.2f}x"
         for n in SIZES))

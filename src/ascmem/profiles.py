@@ -64,6 +64,7 @@ above gives is marked "assumption" in its profile's source string.
 """
 
 import dataclasses
+import sys
 
 from ascmem.errors import InvalidArgumentError
 from ascmem.rules import GiB, MiB
@@ -72,43 +73,46 @@ MEDIA_WINDOW = 16 * GiB      # [W]
 MEDIA_WINDOW_4G = 4 * GiB    # [W4], an assumption
 
 
-@dataclasses.dataclass(frozen=True)
+# keyword-only where the language allows it (3.10+): a record reads as named
+# facts, and a fact left out takes its default rather than the next one's place
+_RECORD = {"frozen": True, **({"kw_only": True} if sys.version_info >= (3, 10) else {})}
+
+
+@dataclasses.dataclass(**_RECORD)
 class Profile:
+    """One product: every fact and capability ascmem applies to it is a field
+    here, so a new product is one record in _PROFILES.  Capabilities default
+    to absent: a record grants only what its sources say."""
     name: str
     title: str
-    aliases: tuple
     memory_type: str             # "DDR" or "HBM"
     memory: int                  # device memory per chip, bytes [H]
     free_os_memory: int          # memory left for applications, bytes
-    huge_reserve_fraction: float  # share of free OS memory reserved for huge pages [P]
-    modes: tuple                 # "EP", "RC"
-    aicpu_cache: tuple           # (min, max) bytes taken by the first job, or (0, 0) [P]
-    first_job_package: int       # bytes of system package loaded by the first job [S]
-    media_window: int            # media (DVPP) address space per process [W] [W4]
-    p2p: bool                    # P2P policies supported [M]
-    huge1g: bool                 # 1 GiB huge pages [M][A]
-    source: str
+    source: str                  # where each figure comes from (the [X] marks above)
+    aliases: tuple = ()
+    modes: tuple = ("EP",)       # "EP", "RC"; the first is the default
+    huge_reserve_fraction: float = 0.0  # share of free OS memory reserved for huge pages [P]
+    aicpu_cache: tuple = (0, 0)  # (min, max) bytes taken by the first job, or (0, 0) [P]
+    first_job_package: int = 0   # bytes of system package loaded by the first job [S]
+    media_window: int = MEDIA_WINDOW_4G  # media (DVPP) address space per process [W] [W4]
+    p2p: bool = False            # P2P policies supported [M]
+    huge1g: bool = False         # 1 GiB huge pages [M][A]
+    himpi: bool = False          # hi_mpi_dvpp_malloc exists [D]
+    virtual_memory: bool = False  # reserve address space and map physical memory in granules,
+    #                               so paged pools are possible, in EP mode [V]
+    virtual_memory_in_rc: bool = False  # ... and in RC mode too [V]
+    stream_pools: bool = False   # aclrtMemPoolCreate and the other SOMA calls [O]
+    external_allocator: bool = False  # aclrtAllocatorRegister [X]
+    huge_pages_reserved_in_advance: bool = False  # the system reserves huge pages ahead [G]
 
     @property
     def default_mode(self):
         return self.modes[0]
 
-    @property
-    def himpi(self):
-        """hi_mpi_dvpp_malloc exists on this product [D]."""
-        return self.name not in ("atlas-inference", "atlas-200", "atlas-training")
-
-    @property
-    def virtual_memory(self):
-        """The runtime can reserve address space and map physical memory
-        under it in granules, so paged pools are possible [V] (in some mode:
-        see virtual_memory_in)."""
-        return self.name in _VIRTUAL_MEMORY
-
     def virtual_memory_in(self, mode):
         """Whether the virtual memory calls work in this mode (the Atlas
         200I/500 A2 refuses them in RC mode [V])."""
-        return self.virtual_memory and not (mode == "RC" and self.name in _NO_VIRTUAL_MEMORY_IN_RC)
+        return self.virtual_memory and (mode != "RC" or self.virtual_memory_in_rc)
 
     @property
     def media_window_source(self):
@@ -118,16 +122,6 @@ class Profile:
         return ("an assumption: no page gives it for this product; the driver's DVPP heap is "
                 "4 GB until the device reports 4 or 16 GB (hicann/driver)")
 
-    @property
-    def stream_pools(self):
-        """aclrtMemPoolCreate and the other SOMA calls exist here [O]."""
-        return self.name in ("atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference")
-
-    @property
-    def external_allocator(self):
-        """aclrtAllocatorRegister exists here [X]."""
-        return self.name != "atlas-200i-a2"
-
     def huge_reserve(self, free_os_memory=None):
         """Huge-page reserve: 25% of free OS memory, rounded down to 2 MiB [P]."""
         free = self.free_os_memory if free_os_memory is None else free_os_memory
@@ -135,50 +129,65 @@ class Profile:
 
 
 _PROFILES = [
-    Profile("atlas-inference", "Atlas 300I / 500 Inference Product (Ascend 310)",
-            ("atlas-300i", "atlas-500"), "DDR",
-            8 * GiB, 7760 * MiB, 0.25, ("EP",), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
-            "[P] reserve rule; [H] 8 GB per Ascend 310; free OS memory 7760 MB implied by the "
-            "1940 MB = 25% reserve; [R] EP only; media window [W4] an assumption"),
-    Profile("atlas-200", "Atlas 200 AI Accelerator Module / Atlas 200 DK (Ascend 310)",
-            ("atlas-200dk",), "DDR",
-            8 * GiB, 7760 * MiB, 0.25, ("EP", "RC"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
-            "[P] reserve rule; [H] 8 GB; [R] EP and RC; media window [W4] an assumption"),
-    Profile("atlas-training", "Atlas Training Series Product (Ascend 910)", ("atlas-300t",),
-            "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (100 * MiB, 200 * MiB), 0, MEDIA_WINDOW_4G,
-            True, False, "[P] AI CPU cache 100-200 MB; [H] 32 GB HBM; media window [W4] an "
+    Profile(name="atlas-inference", title="Atlas 300I / 500 Inference Product (Ascend 310)",
+            aliases=("atlas-300i", "atlas-500"), memory_type="DDR",
+            memory=8 * GiB, free_os_memory=7760 * MiB, huge_reserve_fraction=0.25,
+            external_allocator=True,
+            source="[P] reserve rule; [H] 8 GB per Ascend 310; free OS memory 7760 MB implied by "
+            "the 1940 MB = 25% reserve; [R] EP only; media window [W4] an assumption"),
+    Profile(name="atlas-200", title="Atlas 200 AI Accelerator Module / Atlas 200 DK (Ascend 310)",
+            aliases=("atlas-200dk",), memory_type="DDR",
+            memory=8 * GiB, free_os_memory=7760 * MiB, huge_reserve_fraction=0.25,
+            modes=("EP", "RC"), external_allocator=True,
+            source="[P] reserve rule; [H] 8 GB; [R] EP and RC; media window [W4] an assumption"),
+    Profile(name="atlas-training", title="Atlas Training Series Product (Ascend 910)",
+            aliases=("atlas-300t",), memory_type="HBM", memory=32 * GiB,
+            free_os_memory=32 * GiB, aicpu_cache=(100 * MiB, 200 * MiB), p2p=True,
+            virtual_memory=True, external_allocator=True,
+            source="[P] AI CPU cache 100-200 MB; [H] 32 GB HBM; media window [W4] an "
             "assumption"),
-    Profile("atlas-inference-series", "Atlas Inference Series Product (Ascend 310P)",
-            ("atlas-300i-pro",), "DDR", 24_000_000_000, 24_000_000_000, 0.0, ("EP",), (0, 0), 0,
-            MEDIA_WINDOW, True, False, "[C] 24,000,000,000 bytes; [M] P2P supported; [W]"),
-    Profile("atlas-300i-duo", "Atlas 300I Duo (two Ascend 310P, one device id each)", (),
-            "DDR", 48 * GiB, 48 * GiB, 0.0, ("EP",), (0, 0), 0, MEDIA_WINDOW, True, False,
-            "[H] 96 GB per card, 48 GB per chip (binary GiB an assumption: the platform "
+    Profile(name="atlas-inference-series", title="Atlas Inference Series Product (Ascend 310P)",
+            aliases=("atlas-300i-pro",), memory_type="DDR", memory=24_000_000_000,
+            free_os_memory=24_000_000_000, media_window=MEDIA_WINDOW, p2p=True, himpi=True,
+            virtual_memory=True, external_allocator=True,
+            source="[C] 24,000,000,000 bytes; [M] P2P supported; [W]"),
+    Profile(name="atlas-300i-duo", title="Atlas 300I Duo (two Ascend 310P, one device id each)",
+            memory_type="DDR", memory=48 * GiB, free_os_memory=48 * GiB,
+            media_window=MEDIA_WINDOW, p2p=True, himpi=True, virtual_memory=True,
+            external_allocator=True,
+            source="[H] 96 GB per card, 48 GB per chip (binary GiB an assumption: the platform "
             "config gives 310P chips 24,000,000,000 bytes); rules as the inference series"),
-    Profile("atlas-a2-training", "Atlas A2 Training Series Product (Ascend 910B)",
-            ("atlas-800t-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True, "[C] 64 GiB HBM per 910B1-B3; [G] ~300 MB system package, "
-            "huge pages reserved in advance; [M][A]; [W]"),
-    Profile("atlas-a2-910b4", "Atlas A2 Series Product with the Ascend 910B4 (32 GB)",
-            ("ascend-910b4",), "HBM", 32 * GiB, 32 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True, "[C] 34,359,738,368 bytes; [G]; [M][A]; [W]"),
-    Profile("atlas-a2-inference", "Atlas A2 Inference Product (Atlas 800I A2)",
-            ("atlas-800i-a2",), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True, "[C] 64 GiB HBM; [G]; [M][A]; [W]"),
-    Profile("atlas-200i-a2", "Atlas 200I/500 A2 Inference Product", ("atlas-500-a2",), "DDR",
-            4 * GiB, 4 * GiB, 0.0, ("RC", "EP"), (0, 0), 0, MEDIA_WINDOW_4G, False, False,
-            "[H] Atlas 200I DK A2 4 GB; [M] no P2P, no HUGE1G; media window [W4] an assumption"),
-    Profile("atlas-a3", "Atlas A3 Training/Inference Series Product", ("atlas-a3-training",
-            "atlas-a3-inference"), "HBM", 64 * GiB, 64 * GiB, 0.0, ("EP",), (0, 0), 300 * MiB,
-            MEDIA_WINDOW, True, True, "[C] 64 GiB per device id (Ascend910_93xx); [G]; [M][A]; [W]"),
+    Profile(name="atlas-a2-training", title="Atlas A2 Training Series Product (Ascend 910B)",
+            aliases=("atlas-800t-a2",), memory=64 * GiB, free_os_memory=64 * GiB,
+            stream_pools=True, memory_type="HBM", first_job_package=300 * MiB,
+            media_window=MEDIA_WINDOW, p2p=True, huge1g=True, himpi=True, virtual_memory=True,
+            external_allocator=True, huge_pages_reserved_in_advance=True,
+            source="[C] 64 GiB HBM per 910B1-B3; [G] ~300 MB system package, huge pages reserved "
+            "in advance; [M][A]; [W]"),
+    Profile(name="atlas-a2-910b4", title="Atlas A2 Series Product with the Ascend 910B4 (32 GB)",
+            aliases=("ascend-910b4",), memory=32 * GiB, free_os_memory=32 * GiB,
+            stream_pools=True, memory_type="HBM", first_job_package=300 * MiB,
+            media_window=MEDIA_WINDOW, p2p=True, huge1g=True, himpi=True, virtual_memory=True,
+            external_allocator=True, huge_pages_reserved_in_advance=True,
+            source="[C] 34,359,738,368 bytes; [G]; [M][A]; [W]"),
+    Profile(name="atlas-a2-inference", title="Atlas A2 Inference Product (Atlas 800I A2)",
+            aliases=("atlas-800i-a2",), memory=64 * GiB, free_os_memory=64 * GiB,
+            stream_pools=True, memory_type="HBM", first_job_package=300 * MiB,
+            media_window=MEDIA_WINDOW, p2p=True, huge1g=True, himpi=True, virtual_memory=True,
+            external_allocator=True, huge_pages_reserved_in_advance=True,
+            source="[C] 64 GiB HBM; [G]; [M][A]; [W]"),
+    Profile(name="atlas-200i-a2", title="Atlas 200I/500 A2 Inference Product",
+            aliases=("atlas-500-a2",), memory_type="DDR", memory=4 * GiB, free_os_memory=4 * GiB,
+            modes=("RC", "EP"), himpi=True, virtual_memory=True,
+            source="[H] Atlas 200I DK A2 4 GB; [M] no P2P, no HUGE1G; [V] no virtual memory in "
+            "RC mode; [X] no external allocator; media window [W4] an assumption"),
+    Profile(name="atlas-a3", title="Atlas A3 Training/Inference Series Product",
+            aliases=("atlas-a3-training", "atlas-a3-inference"), memory=64 * GiB,
+            free_os_memory=64 * GiB, memory_type="HBM", first_job_package=300 * MiB,
+            media_window=MEDIA_WINDOW, p2p=True, huge1g=True, himpi=True, virtual_memory=True,
+            external_allocator=True, huge_pages_reserved_in_advance=True,
+            source="[C] 64 GiB per device id (Ascend910_93xx); [G]; [M][A]; [W]"),
 ]
-
-_VIRTUAL_MEMORY = frozenset({"atlas-training", "atlas-inference-series", "atlas-300i-duo",
-                             "atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference",
-                             "atlas-200i-a2", "atlas-a3"})  # [V]
-_NO_VIRTUAL_MEMORY_IN_RC = frozenset({"atlas-200i-a2"})  # [V]
-_A2_A3 = frozenset({"atlas-a2-training", "atlas-a2-910b4", "atlas-a2-inference",
-                    "atlas-a3"})  # the products [G] speaks of
 
 _BY_NAME = {}
 for _p in _PROFILES:
@@ -283,7 +292,7 @@ def precautions(profile, mode):
             f"AI CPU operator cache: the first inference or training job after the device starts "
             f"copies the AI CPU operators to the device and keeps them there, taking {lo // MiB}-"
             f"{hi // MiB} MB of device memory until the device is restarted.")  # the seed's figures
-    if profile.name in _A2_A3:
+    if profile.huge_pages_reserved_in_advance:
         out.append("Huge pages: the system reserves huge-page memory in advance so that it does "
                    "not run short; query what is free with aclrtGetMemInfo before relying on it.")
     if profile.first_job_package:

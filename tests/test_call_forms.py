@@ -1,7 +1,6 @@
-"""Pool.alloc, Pool.free, Device.malloc and Device.free take one or two
-positional arguments by a call of their own (src/ascmem/_fastcall.pxi) and
-every other call by Cython's wrapper: both must do the same, errors
-included."""
+"""Pool.alloc, Pool.free, Device.malloc and Device.free called positionally,
+by keyword or both: every form gives the same block and the same error, and
+the methods keep their names, signatures and documentation."""
 
 import inspect
 
@@ -263,49 +262,3 @@ def test_a_bound_method_keeps_its_pool_alive():
     import gc
     gc.collect()
     free(alloc(64))
-
-
-def test_the_entries_leak_no_reference():
-    """The entries hand out and take borrowed references by hand: a leak
-    or an extra release shows in the arguments' reference counts and in
-    the interpreter's count of allocated blocks."""
-    import sys
-    p = ascmem.Pool(64 << 20, base=1 << 32)
-    d = ascmem.Device("atlas-training")
-    size, align, policy = 12345678, 4096, Policy.HUGE_FIRST
-    counts = [sys.getrefcount(x) for x in (size, align, policy, p, d)]
-
-    def pairs():
-        for _ in range(2000):
-            p.free(p.alloc(size))
-            p.free(p.alloc(size, align))
-            d.free(d.malloc(size))
-            d.free(d.malloc(size, policy))
-            for bad in (lambda: p.alloc(-1), lambda: p.free(1), lambda: d.malloc(0, 99),
-                        lambda: d.free(1)):
-                try:
-                    bad()
-                except ascmem.AscmemError:
-                    pass
-
-    pairs()  # warm: caches, interned strings
-    before = sys.getallocatedblocks()
-    pairs()
-    assert sys.getallocatedblocks() - before < 100
-    assert [sys.getrefcount(x) for x in (size, align, policy, p, d)] == counts
-    p.check()
-    d.check()
-
-
-def test_the_hand_parsed_floor_does_what_the_floor_does():
-    """FastcallNoopPool, the second floor of benchmarks/python_instructions.py:
-    NoopPool's results and errors through its own entries."""
-    from ascmem._core import FastcallNoopPool, NoopPool
-    fast, plain = FastcallNoopPool(), NoopPool()
-    for call in (lambda a: a.alloc(100), lambda a: a.alloc(100, 4096), lambda a: a.alloc(nbytes=7),
-                 lambda a: a.free(123), lambda a: a.free(addr=123)):
-        assert call(fast) == call(plain)
-    for bad in (lambda a: a.alloc(-1), lambda a: a.alloc("x"), lambda a: a.free(None),
-                lambda a: a.alloc(), lambda a: a.free(1, 2), lambda a: a.alloc(1, x=2)):
-        got = _raised(lambda: bad(fast))
-        assert got is not None and got[0] is _raised(lambda: bad(plain))[0]

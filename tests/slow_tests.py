@@ -1,0 +1,61 @@
+"""The tests `pytest -m "not slow"` leaves out: each took 0.4 s or more on
+two shared cores (child interpreters, threads, compilers, hypothesis state
+machines, bisections over real traces), so the rest runs in under a minute.
+conftest.py marks them; tests/test_slow_list.py checks every entry still
+names a test.  A new slow test: add it here, or mark it @pytest.mark.slow."""
+
+# every test of these files
+SLOW_FILES = {
+    "tests/test_cli.py",
+    "tests/test_stateful.py",
+    "tests/test_sleep_model.py",
+    "tests/test_embedding.py",
+    "tests/test_device_properties.py",
+}
+
+# these tests (every parameter of each)
+SLOW_TESTS = {
+    "tests/test_host_and_acl.py::test_a_block_with_live_views_cannot_be_freed",
+    "tests/test_host_and_acl.py::test_debug_mode_reports_an_overrun_at_free",
+    "tests/test_host_and_acl.py::test_dropin_default_device_from_the_environment",
+    "tests/test_host_and_acl.py::test_example_media_to_inference_runs",
+    "tests/test_paged.py::test_a_closed_paged_device_never_touches_its_old_range",
+    "tests/test_paged.py::test_paged_device_gives_pages_back_to_the_os",
+    "tests/test_paged.py::test_paged_device_unmapped_memory_is_inaccessible",
+    "tests/test_paged.py::test_physical_efficiency_of_the_real_traces",
+    "tests/test_paged.py::test_placement_model_shows_the_worst_moment",
+    "tests/test_plan.py::test_the_command_table_json_and_plot",
+    "tests/test_raw_cann.py::test_ascmem_packs_below_raw_calls_on_a_small_block_workload",
+    "tests/test_raw_cann.py::test_replay_json_has_the_raw_figure",
+    "tests/test_reliability.py::test_15_a_device_in_a_reference_cycle_gives_its_memory_back",
+    "tests/test_reliability.py::test_16_a_constructor_that_fails_half_way_gives_back_what_it_took",
+    "tests/test_reliability.py::test_1_reset_and_close_while_raw_callers_run",
+    "tests/test_reliability.py::test_29_debug_guard_bytes_on_a_paged_device_with_sleeping_blocks",
+    "tests/test_reliability.py::test_2_garbage_collection_inside_a_walk_cannot_deadlock",
+    "tests/test_reliability.py::test_30_what_a_device_gives_back_when_collected_is_out_of_the_collectors_reach",
+    "tests/test_reliability.py::test_31_a_view_keeps_its_device_memory_mapped",
+    "tests/test_reliability.py::test_32_a_device_collected_without_close_destroys_its_stream_events",
+    "tests/test_reliability.py::test_33_a_runtime_call_that_raises_is_a_refusal",
+    "tests/test_reliability.py::test_37_an_acl_device_in_a_fork_child_never_calls_the_runtime",
+    "tests/test_reliability.py::test_3_fork_during_gil_free_batch_calls_and_check",
+    "tests/test_reliability.py::test_6_fit_resolution_must_be_positive",
+    "tests/test_sleep.py::test_sleep_and_wake_count_their_own_granules_while_raw_callers_allocate",
+    "tests/test_sleep.py::test_sleep_and_wake_keep_addresses_and_contents",
+    "tests/test_sleep.py::test_sleep_gives_memory_back_past_the_release_threshold",
+    "tests/test_snapshot.py::test_rendered_by_torch_memory_viz",
+    "tests/test_thread_caches.py::test_device_caches_serve_gil_free_threads_exactly",
+    "tests/test_thread_caches.py::test_device_caches_survive_reset_and_close_under_gil_free_callers",
+    "tests/test_threads.py::test_batches_racing_resets_return_only_live_blocks_and_let_others_in",
+    "tests/test_threads.py::test_check_while_other_threads_allocate_is_never_a_false_alarm",
+    "tests/test_threads.py::test_eight_threads_fifty_thousand_ops_each_with_cross_thread_frees",
+    "tests/test_threads.py::test_leaked_blocks_are_reported_when_a_pool_goes",
+    "tests/test_threads.py::test_leaked_device_blocks_are_reported",
+    "tests/test_threads.py::test_no_warning_for_a_clean_pool",
+    "tests/test_threads.py::test_threads_allocate_with_streams_while_others_reset_walk_and_trim",
+    "tests/test_torch_caching.py::test_a_replay_and_fit_through_it",
+    "tests/test_trace.py::test_efficiency_on_a_real_trace_beats_best_fit_and_tlsf",
+    "tests/test_trace_columns.py::test_the_fast_path_reads_what_the_csv_reader_reads",
+    "tests/test_trace_import.py::test_cli_replays_a_chrome_trace",
+    "tests/test_trace_import.py::test_real_profiler_trace_from_torch",
+    "tests/test_upstream.py::TestGrowingPool",
+}
