@@ -7,7 +7,7 @@ metadata; Device applies the CANN memory rules on top.
 import os as _os
 
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
-                           DeviceClosedError,
+                           DeviceClosedError, InUseError,
                            InvalidArgumentError, InvalidFreeError, MisalignedError, OutOfMemoryError,
                            PrecautionWarning, UnsupportedError)
 from ascmem.rules import MemAttr, MemKind, Policy
@@ -32,7 +32,7 @@ def get_include():
 __all__ = [
     "AscmemError", "ArgumentTypeError", "BuddyAllocator", "ClosedError", "CorruptionError",
     "Device",
-    "DeviceClosedError",
+    "DeviceClosedError", "InUseError",
     "InvalidArgumentError", "InvalidFreeError", "MemAttr", "MemKind", "MisalignedError",
     "OutOfMemoryError",
     "Policy", "Pool", "PrecautionWarning", "Statistics", "UnsupportedError", "get_include",

@@ -21,7 +21,7 @@ from libc.string cimport memset
 import operator
 import warnings
 
-from ascmem.errors import (ArgumentTypeError, ClosedError, CorruptionError, DeviceClosedError,
+from ascmem.errors import (ArgumentTypeError, ClosedError, CorruptionError, DeviceClosedError, InUseError,
                            InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
                            UnsupportedError)
 
@@ -283,4 +283,5 @@ include "_device.pxi"
 include "_device_paths.pxi"
 include "_fastcall.pxi"
 include "_acl_allocator.pxi"
+include "_handed_sleep.pxi"
 include "_capi.pxi"
