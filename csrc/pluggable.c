@@ -82,6 +82,26 @@ static ascm_device *get(int device) {
     return NULL;
 }
 
+/* As get(), but while a reset shuts the device's gate this waits for it to
+ * reopen instead of failing: a free refused then would leak its block (and
+ * keep it counted as handed out, so the device could never close), and an
+ * allocation refused then would reach torch as an error.  NULL only when no
+ * device is registered or it is closed. */
+static ascm_device *get_waiting(int device) {
+    if (device < 0 || device >= MAX_DEVICES) return NULL;
+    for (;;) {
+        ascm_device *d = get(device);
+        if (d) return d;
+        slot *s = &slots[device];
+        _Atomic uint64_t *users = ascm_stripe_of(s->users);
+        atomic_fetch_add(users, 1); /* holds the device while it waits: register() waits for this */
+        ascm_device *now = atomic_load(&s->device);
+        int st = now ? ascm_device_wait_open(now) : ASCM_ERR_CLOSED;
+        atomic_fetch_sub(users, 1);
+        if (st != ASCM_OK) return NULL;
+    }
+}
+
 static void put(int device, ascm_device *d) {
     ascm_device_leave(d);
     atomic_fetch_sub(ascm_stripe_of(slots[device].users), 1);
@@ -110,7 +130,7 @@ static int index_of_ptr(uint64_t addr, ascm_device **out) {
 EXPORT int ascmem_pluggable_try_alloc(int64_t size, int device, void **out) {
     *out = NULL;
     if (size <= 0) return ASCM_ERR_INVAL;
-    ascm_device *d = get(device);
+    ascm_device *d = get_waiting(device);
     if (!d) return ASCM_ERR_CLOSED;
     uint64_t addr;
     int kind, events;
@@ -153,12 +173,12 @@ static int free_at(ascm_device *d, int device, void *ptr, int64_t *requested) {
 EXPORT int ascmem_pluggable_free_requested(void *ptr, int device, int64_t *requested) {
     *requested = 0;
     if (!ptr) return ASCM_ERR_BADFREE;
-    ascm_device *d = get(device);
+    ascm_device *d = get_waiting(device);
     int st = d ? free_at(d, device, ptr, requested) : ASCM_ERR_BADFREE;
     if (d) put(device, d);
     if (st != ASCM_ERR_BADFREE) return st;
     for (int i = 0; i < MAX_DEVICES; i++) { /* another index's (a tag's device) */
-        if (i == device || !(d = get(i))) continue;
+        if (i == device || !(d = get_waiting(i))) continue;
         st = ascm_device_kind_of(d, (uint64_t)(uintptr_t)ptr) >= 0 ? free_at(d, i, ptr, requested)
                                                                     : ASCM_ERR_BADFREE;
         put(i, d);
