@@ -50,11 +50,14 @@ cdef list _live_blocks(ascm_device *d):
     return out
 
 
-def _sleep_handed_out(Device dev, bint keep):
+def _sleep_handed_out(Device dev, save):
     """Puts every live large block of a paged host Device to sleep (its pages
-    go back to the OS, its address stays); keep: their contents are saved.
-    Returns (bytes given back, state for _wake_handed_out).  Blocks in slab
-    slots stay resident."""
+    go back to the OS, its address stays).  save: None (contents discarded)
+    or save(addr, size) -> token, called before each block sleeps, which
+    keeps the contents somewhere (a copy in this process would hold the
+    resident memory the sleep gives back).  Returns (bytes given back,
+    {addr: token} for _wake_handed_out).  Blocks in slab slots stay
+    resident."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef ascm_pool *p
     cdef uint64_t given, released = 0
@@ -68,18 +71,20 @@ def _sleep_handed_out(Device dev, bint keep):
             p = ascm_device_pool_at(dev._d, a, NULL)
             if p is NULL:
                 continue
-            data = (<char *><size_t>a)[:n] if keep else None
+            if n <= 32768:  # a slab slot (ascm_pool_sleep refuses it): it stays
+                continue
+            token = save(a, n) if save is not None else None
             if ascm_pool_sleep(p, a, &given) == ASCM_OK:
-                saved[a] = data
+                saved[a] = token
                 released += given
     return released, saved
 
 
-def _wake_handed_out(Device dev, dict saved):
+def _wake_handed_out(Device dev, dict saved, load):
     """Maps the blocks _sleep_handed_out put to sleep again at their
-    addresses and copies back what it kept; all or nothing (OutOfMemoryError,
-    still asleep).  A block freed while asleep is skipped.  Returns the bytes
-    mapped."""
+    addresses, then load(addr, token) for each one whose contents were kept;
+    all or nothing (OutOfMemoryError, still asleep).  A block freed while
+    asleep is skipped.  Returns the bytes mapped."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef ascm_pool *p
     cdef int st
@@ -99,9 +104,8 @@ def _wake_handed_out(Device dev, dict saved):
             woken.append(a)
             mapped += taken
     for a in woken:
-        data = saved[a]
-        if data:
-            memcpy(<void *><size_t>a, <const char *>data, len(data))
+        if saved[a] is not None:
+            load(a, saved[a])
     return mapped
 
 

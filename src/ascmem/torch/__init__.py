@@ -23,7 +23,9 @@ vLLM-ascend's allocator API (CaMemAllocator) and torch's memory vocabulary
 """
 
 import contextlib
+import ctypes
 import os
+import tempfile
 import threading
 
 import torch  # absolute: the real torch, never this package
@@ -211,9 +213,34 @@ def tags():
     return {tag: tag in _state.sleeping for tag in _state.tag_device}
 
 
+class _Spill:
+    """Where a sleeping tag's contents wait: a temporary file (in
+    $ASCMEM_TORCH_SLEEP_DIR, else tempfile's folder).  A copy in this
+    process's memory would hold the resident pages the sleep gives back."""
+
+    def __init__(self):
+        self.file = tempfile.TemporaryFile(dir=os.environ.get("ASCMEM_TORCH_SLEEP_DIR"))
+
+    def save(self, addr, size):
+        offset = self.file.seek(0, os.SEEK_END)
+        self.file.write((ctypes.c_char * size).from_address(addr))
+        return offset, size
+
+    def load(self, addr, token):
+        offset, size = token
+        self.file.seek(offset)
+        view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
+        done = 0
+        while done < size:
+            n = self.file.readinto(view[done:])
+            if not n:
+                raise OSError(f"the sleep file of {addr:#x} ended early")
+            done += n
+
+
 def sleep(tag, keep=True):
     """Gives the memory of the tag's tensors back to the OS while they keep
-    their data_ptr(); keep: their contents are saved in host memory for
+    their data_ptr(); keep: their contents are saved to a temporary file for
     wake(), False discards them.  Tensors of 32 KiB or less share slabs with
     others and stay resident.  No thread may read, write or free the tag's
     tensors until wake().  Returns the bytes given back."""
@@ -222,8 +249,14 @@ def sleep(tag, keep=True):
         raise InvalidArgumentError(f"sleep: no tensors were allocated with tag {tag!r}")
     if tag in _state.sleeping:
         raise InvalidArgumentError(f"sleep: tag {tag!r} is asleep already")
-    released, saved = _core._sleep_handed_out(dev, keep)
-    _state.sleeping[tag] = saved
+    spill = _Spill() if keep else None
+    try:
+        released, saved = _core._sleep_handed_out(dev, spill.save if spill else None)
+    except BaseException:
+        if spill:
+            spill.file.close()
+        raise
+    _state.sleeping[tag] = (saved, spill)
     return released
 
 
@@ -233,8 +266,11 @@ def wake(tag):
     nothing.  Returns the bytes mapped."""
     if tag not in _state.sleeping:
         raise InvalidArgumentError(f"wake: tag {tag!r} is not asleep")
-    mapped = _core._wake_handed_out(_state.tag_device[tag], _state.sleeping[tag])
+    saved, spill = _state.sleeping[tag]
+    mapped = _core._wake_handed_out(_state.tag_device[tag], saved, spill.load if spill else None)
     del _state.sleeping[tag]
+    if spill:
+        spill.file.close()
     return mapped
 
 
