@@ -538,3 +538,11 @@ def test_profiler_trace_of_a_model_on_ascmem_plans(dev, tmp_path):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report
+
+
+def test_bench_torch_smoke():
+    """`ascmem bench --torch` runs (one workload, a few steps; timings are not judged)."""
+    from ascmem.torch import bench
+    res = bench.run(steps=1, warmup=0, names=["mlp_serving"])
+    assert res["mlp_serving"]["ascmem_ms"] > 0 and res["mlp_serving"]["torch_ms"] > 0
+    assert not at.installed()

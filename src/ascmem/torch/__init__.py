@@ -102,7 +102,8 @@ def _lib():
 def install(device=None):
     """Makes torch's allocations come from an ascmem Device from now on and
     returns it.  device: a Device on the host backend (CPU tensors), or on
-    the acl backend under torch_npu (NPU tensors); None: default_device().
+    the acl backend under torch_npu (NPU tensors); None: the Device installed
+    last, else a new default_device().
     Installing again with the same device (or None) returns it; another
     device needs uninstall() first."""
     with _state.lock:
@@ -110,7 +111,7 @@ def install(device=None):
             if device is None or device is _state.device:
                 return _state.device
             raise InvalidArgumentError("ascmem.torch: another Device is installed; uninstall() first")
-        dev = default_device() if device is None else device
+        dev = device or _state.last or default_device()
         if not isinstance(dev, ascmem.Device):
             raise InvalidArgumentError(f"install: device must be an ascmem.Device, not {type(dev).__name__}")
         if dev.backend == "acl":
