@@ -111,7 +111,7 @@ def install(device=None):
             if device is None or device is _state.device:
                 return _state.device
             raise InvalidArgumentError("ascmem.torch: another Device is installed; uninstall() first")
-        dev = device or _state.last or default_device()
+        dev = device if device is not None else _state.last if _state.last is not None else default_device()
         if not isinstance(dev, ascmem.Device):
             raise InvalidArgumentError(f"install: device must be an ascmem.Device, not {type(dev).__name__}")
         if dev.backend == "acl":
@@ -286,7 +286,7 @@ def _devices():
 def memory_stats(device=None):
     """torch.cuda.memory_stats()'s keys for the installed Device (or the one
     given): ascmem.stats.memory_stats."""
-    return _stats.memory_stats(device or _require_installed("memory_stats"))
+    return _stats.memory_stats(_require_installed("memory_stats") if device is None else device)
 
 
 def memory_allocated(device=None):
@@ -308,7 +308,7 @@ def max_memory_reserved(device=None):
 
 
 def reset_peak_memory_stats(device=None):
-    (device or _require_installed("reset_peak_memory_stats")).reset_peaks()
+    (_require_installed("reset_peak_memory_stats") if device is None else device).reset_peaks()
 
 
 def empty_cache():
@@ -319,7 +319,7 @@ def empty_cache():
 
 
 def memory_summary(device=None):
-    return _stats.memory_summary(device or _require_installed("memory_summary"))
+    return _stats.memory_summary(_require_installed("memory_summary") if device is None else device)
 
 
 # ---- vLLM-ascend's sleep-mode allocator ----------------------------------------------
