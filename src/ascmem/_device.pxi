@@ -113,6 +113,12 @@ cdef class Device(_DeviceReadout):
         # were collected.
         cdef _DeviceParts parts = self._parts
         cdef ascm_pool *p
+        if self._d is not NULL and ascm_device_handed_out(self._d) != 0:
+            # C callers still hold blocks (torch tensors freed later, at
+            # interpreter exit perhaps): the device and its memory stay for
+            # their frees, as a leak, rather than a use after free
+            _orphans.append(parts)
+            return
         if self._d is not NULL:
             # the collector may have cleared the ledger's own fields (None)
             warn = parts is not None and not parts.closed and not parts.ledger.by_addr
@@ -561,6 +567,10 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
     parts.up.paged_kinds = frozenset(k for k in range(ASCM_KINDS)
                                      if ascm_kind(k).freed_by == ASCM_FREE_DEVICE)
     parts.paged = True
+
+
+# the parts of Devices collected while C callers held blocks of them (__dealloc__)
+_orphans = []
 
 
 def _pluggable_register(int index, Device device=None):

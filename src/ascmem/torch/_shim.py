@@ -10,7 +10,6 @@ import os
 import threading
 
 import torch  # absolute: the real torch, never this package
-from torch.utils import cpp_extension
 
 from ascmem import pluggable as _pl
 
@@ -37,10 +36,15 @@ def load():
     with _lock:
         if _lib is None:
             build = cache_dir()
-            os.makedirs(build, exist_ok=True)
-            cpp_extension.load("ascmem_torch_shim", [SOURCE], extra_cflags=["-O2"],
-                               build_directory=build, is_python_module=False, verbose=False)
-            lib = ctypes.CDLL(os.path.join(build, "ascmem_torch_shim.so"))
+            path = os.path.join(build, "ascmem_torch_shim.so")
+            try:  # built before for this torch and source (the folder's name says so)
+                lib = ctypes.CDLL(path)
+            except OSError:  # not yet, or another process is still writing it
+                from torch.utils import cpp_extension  # imports setuptools: only to build
+                os.makedirs(build, exist_ok=True)
+                cpp_extension.load("ascmem_torch_shim", [SOURCE], extra_cflags=["-O2"],
+                                   build_directory=build, is_python_module=False, verbose=False)
+                lib = ctypes.CDLL(path)
             lib.ascmem_torch_bind.argtypes = [ctypes.c_uint64] * 3
             lib.ascmem_torch_set_index.argtypes = [ctypes.c_int]
             lib.ascmem_torch_use_index.argtypes = [ctypes.c_int]
