@@ -27,6 +27,7 @@ import ctypes
 import os
 import tempfile
 import threading
+from typing import Dict, Hashable, Iterator
 
 import torch  # absolute: the real torch, never this package
 
@@ -99,7 +100,7 @@ def _lib():
     return _shim.load()
 
 
-def install(device=None):
+def install(device: "ascmem.Device | None" = None) -> "ascmem.Device":
     """Makes torch's allocations come from an ascmem Device from now on and
     returns it.  device: a Device on the host backend (CPU tensors), or on
     the acl backend under torch_npu (NPU tensors); None: the Device installed
@@ -141,7 +142,7 @@ def _install_npu(dev):
     _state.npu = True
 
 
-def uninstall():
+def uninstall() -> "ascmem.Device | None":
     """New allocations come from torch's own allocator again; tensors made
     through ascmem stay valid and are freed into it.  Returns the Device
     that was installed (None if none was).  torch_npu cannot change its
@@ -158,12 +159,12 @@ def uninstall():
         return dev
 
 
-def installed():
+def installed() -> bool:
     """Whether torch's CPU allocator is ascmem's now."""
     return _state.device is not None
 
 
-def device():
+def device() -> "ascmem.Device | None":
     """The installed Device, or None."""
     return _state.device
 
@@ -193,7 +194,7 @@ def _tag_device(tag):
 
 
 @contextlib.contextmanager
-def use_tag(tag):
+def use_tag(tag: Hashable) -> Iterator["ascmem.Device"]:
     """Within the block, this thread's torch allocations come from the tag's
     Device (one per tag, paged, so sleep() can give its pages back); other
     threads are not affected.  Frees go to whichever Device holds the block,
@@ -239,7 +240,7 @@ class _Spill:
             done += n
 
 
-def sleep(tag, keep=True):
+def sleep(tag: Hashable, keep: bool = True) -> int:
     """Gives the memory of the tag's tensors back to the OS while they keep
     their data_ptr(); keep: their contents are saved to a temporary file for
     wake(), False discards them.  Tensors of 32 KiB or less share slabs with
@@ -261,7 +262,7 @@ def sleep(tag, keep=True):
     return released
 
 
-def wake(tag):
+def wake(tag: Hashable) -> int:
     """Maps the tag's tensors again at the same addresses and puts back what
     sleep(keep=True) saved (discarded contents come back as zeros).  All or
     nothing.  Returns the bytes mapped."""
@@ -283,42 +284,42 @@ def _devices():
     return [dev] + [d for d in _state.tag_device.values() if d is not dev]
 
 
-def memory_stats(device=None):
+def memory_stats(device: "ascmem.Device | None" = None) -> Dict[str, int]:
     """torch.cuda.memory_stats()'s keys for the installed Device (or the one
     given): ascmem.stats.memory_stats."""
     return _stats.memory_stats(_require_installed("memory_stats") if device is None else device)
 
 
-def memory_allocated(device=None):
+def memory_allocated(device: "ascmem.Device | None" = None) -> int:
     """Bytes in live blocks (their rounded sizes), as torch.cuda.memory_allocated."""
     return memory_stats(device)["allocated_bytes.all.current"]
 
 
-def max_memory_allocated(device=None):
+def max_memory_allocated(device: "ascmem.Device | None" = None) -> int:
     return memory_stats(device)["allocated_bytes.all.peak"]
 
 
-def memory_reserved(device=None):
+def memory_reserved(device: "ascmem.Device | None" = None) -> int:
     """Bytes the Device holds from the OS now (a paged Device: mapped pages)."""
     return memory_stats(device)["reserved_bytes.all.current"]
 
 
-def max_memory_reserved(device=None):
+def max_memory_reserved(device: "ascmem.Device | None" = None) -> int:
     return memory_stats(device)["reserved_bytes.all.peak"]
 
 
-def reset_peak_memory_stats(device=None):
+def reset_peak_memory_stats(device: "ascmem.Device | None" = None) -> None:
     (_require_installed("reset_peak_memory_stats") if device is None else device).reset_peaks()
 
 
-def empty_cache():
+def empty_cache() -> int:
     """Every Device serving torch gives its idle memory back (Device.empty_cache);
     returns the bytes released.  Not needed for that: a paged Device keeps
     at most RELEASE_THRESHOLD of free pages per kind."""
     return sum(d.empty_cache() for d in _devices())
 
 
-def memory_summary(device=None):
+def memory_summary(device: "ascmem.Device | None" = None) -> str:
     return _stats.memory_summary(_require_installed("memory_summary") if device is None else device)
 
 
