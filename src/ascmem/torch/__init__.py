@@ -46,7 +46,11 @@ __all__ = ["install", "uninstall", "installed", "device", "use_tag", "sleep", "w
 # them a free gives pages back to the OS at once, as glibc does for torch's
 # large tensors (its mmap threshold).  Two kinds hold device blocks (huge
 # pages above 1 MiB, normal below), so at most twice this stays resident.
-RELEASE_THRESHOLD = 16 << 20
+# Lower, a training step whose activations exceed it maps and faults them in
+# again every step; higher, more stays resident after a large free (the
+# target: within 64 MiB of torch's allocator after freeing 1 GiB).  A
+# Device(..., release_threshold=) of your own chooses otherwise.
+RELEASE_THRESHOLD = 48 << 20
 # The pluggable functions' device indices used here: 0..31 stay for NPU ids.
 FIRST_INDEX = 32
 _LAST_INDEX = 63
