@@ -263,7 +263,11 @@ unsigned ascm_kind_mask(int call);
 enum { ASCM_SIZE_MALLOC = 0,   /* ALIGN_UP(size, 32) + 32, start 64-byte aligned */
        ASCM_SIZE_ALIGN32 = 1,  /* ALIGN_UP(size, 32), start 64-byte aligned */
        ASCM_SIZE_DVPP = 2,     /* ALIGN_UP(size, 32) + 32, start 128-byte aligned */
-       ASCM_SIZE_HOST = 3 };   /* size as asked, start 64-byte aligned */
+       ASCM_SIZE_HOST = 3,     /* size as asked, start 64-byte aligned */
+       /* as MALLOC, but the block's requested size stays size: the rounding
+        * is placed as pad (at most 63 bytes) after it, so a free that is not
+        * told the size (torch's deleters) can read it back exactly */
+       ASCM_SIZE_MALLOC_KEEP = 4 };
 
 /* Things the caller may want to warn about, reported by ascm_device_malloc. */
 enum { ASCM_EVENT_HUGE_FALLBACK = 1,   /* HUGE_FIRST got normal pages: huge ran out */
@@ -427,6 +431,13 @@ int ascm_device_charge_fixed(ascm_device *d, int64_t delta);
 int ascm_device_set_limit(ascm_device *d, uint64_t limit);
 /* Peaks (of every pool and of the budget) start again from current use. */
 void ascm_device_reset_peaks(ascm_device *d);
+/* Blocks handed out to callers outside the Python layer (the pluggable
+ * functions, the capsule's device calls, torch's CPU allocator), counted
+ * per stripe of threads: add +1 at such an allocation, -1 at its free (any
+ * thread).  The Python Device refuses close() and reset() while the sum is
+ * not 0: those callers' next read would find unmapped memory. */
+void ascm_device_hand_out(ascm_device *d, int64_t delta);
+int64_t ascm_device_handed_out(ascm_device *d);
 /* The device that the pluggable-allocator functions use for a device index. */
 int ascm_pluggable_register(int device, ascm_device *d);
 /* The external allocator's slots (acl_allocator.c): bind points a slot at a

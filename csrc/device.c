@@ -267,9 +267,31 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     }
 }
 
+/* route(), and MALLOC_KEEP: MALLOC's route, its rounding moved into pad */
+static inline int route_any(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                            ascm_route *r) {
+    if (ASCM_LIKELY(mode != ASCM_SIZE_MALLOC_KEEP)) return route(d, size, policy, mode, r);
+    int st = route(d, size, policy, ASCM_SIZE_MALLOC, r);
+    if (st == ASCM_OK) { /* rounded - size <= 63 (ALIGN_UP + 32; 1 GiB pages: ALIGN_UP, pad 32) */
+        r->pad += r->rounded - size;
+        r->rounded = size;
+    }
+    return st;
+}
+
 int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
                       ascm_route *r) {
-    return route(d, size, policy, mode, r);
+    return route_any(d, size, policy, mode, r);
+}
+
+void ascm_device_hand_out(ascm_device *d, int64_t delta) {
+    atomic_fetch_add_explicit(ascm_stripe_of(d->handed_out), (uint64_t)delta, memory_order_relaxed);
+}
+
+int64_t ascm_device_handed_out(ascm_device *d) {
+    uint64_t sum = 0; /* a block freed on another thread than its allocation's: stripes wrap, the sum does not */
+    for (int i = 0; i < ASCM_STRIPES; i++) sum += atomic_load(&d->handed_out[i].n);
+    return (int64_t)sum;
 }
 
 /* The media window past 90%: bytes in use over the kind's chunks (no full
@@ -317,7 +339,7 @@ ASCM_SPECIALISED int device_try(ascm_device *d, uint64_t size, uint32_t policy, 
         return try_rest(d, &r, st, addr, kind, events);
     }
     *kind = -1;
-    int st = route(d, size, policy, mode, &r);
+    int st = route_any(d, size, policy, mode, &r);
     if (st != ASCM_OK) return st;
     *kind = r.kinds[0];
     st = try_kind(d, r.kinds[0], r.rounded, r.pad, r.align, addr);

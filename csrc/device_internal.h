@@ -86,6 +86,7 @@ struct ascm_device {
      * or by stripe of threads (stripes.h) */
     ascm_gate_seat seats[ASCM_GATE_SEATS];
     ascm_stripe inflight[ASCM_STRIPES];
+    ascm_stripe handed_out[ASCM_STRIPES]; /* ascm_device_hand_out: a thread's net count, summed */
     uint64_t uid; /* never reused: tells a thread's seat at a freed device apart */
     _Alignas(64) _Atomic uint32_t shut; /* quiesce() calls not yet reopened; closed devices stay shut */
     ascm_fork_node fork_chunks, fork_budget;

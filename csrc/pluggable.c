@@ -88,6 +88,26 @@ static ascm_device *get(int device) {
     return NULL;
 }
 
+/* As get(), but while a reset shuts the device's gate this waits for it to
+ * reopen instead of failing: a free refused then would leak its block (and
+ * keep it counted as handed out, so the device could never close), and an
+ * allocation refused then would reach torch as an error.  NULL only when no
+ * device is registered or it is closed. */
+static ascm_device *get_waiting(int device) {
+    if (device < 0 || device >= MAX_DEVICES) return NULL;
+    for (;;) {
+        ascm_device *d = get(device);
+        if (d) return d;
+        slot *s = &slots[device];
+        _Atomic uint64_t *users = ascm_stripe_of(s->users);
+        atomic_fetch_add(users, 1); /* holds the device while it waits: register() waits for this */
+        ascm_device *now = atomic_load(&s->device);
+        int st = now ? ascm_device_wait_open(now) : ASCM_ERR_CLOSED;
+        atomic_fetch_sub(users, 1);
+        if (st != ASCM_OK) return NULL;
+    }
+}
+
 static void put(int device, ascm_device *d) {
     ascm_device_leave(d);
     atomic_fetch_sub(ascm_stripe_of(slots[device].users), 1);
@@ -108,29 +128,92 @@ static int index_of_ptr(uint64_t addr, ascm_device **out) {
     return -1;
 }
 
-EXPORT void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream) {
-    (void)stream;
-    if (size <= 0) return NULL;
-    ascm_device *d = get(device);
-    if (!d) return NULL;
+/* The pluggable alloc with its reason: ASCM_OK and *out, or the status
+ * (ASCM_ERR_CLOSED also when no device is registered at the index), for
+ * callers that tell their user why (ascmem.torch's shim raises it in torch).
+ * Blocks are placed by aclrtMalloc's rounding with their requested size kept
+ * (ASCM_SIZE_MALLOC_KEEP), so a free that is not told the size reads it back. */
+EXPORT int ascmem_pluggable_try_alloc(int64_t size, int device, void **out) {
+    *out = NULL;
+    if (size <= 0) return ASCM_ERR_INVAL;
+    ascm_device *d = get_waiting(device);
+    if (!d) return ASCM_ERR_CLOSED;
     uint64_t addr;
     int kind, events;
-    int st = ascm_device_malloc_entered(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC, &addr,
-                                        &kind, &events);
-    if (st == ASCM_OK) count_requested(device, kind, (int64_t)size);
+    int st = ascm_device_malloc_entered(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC_KEEP,
+                                        &addr, &kind, &events);
+    if (st == ASCM_OK) {
+        count_requested(device, kind, size);
+        ascm_device_hand_out(d, 1);
+        *out = (void *)(uintptr_t)addr;
+    }
     put(device, d);
-    return st == ASCM_OK ? (void *)(uintptr_t)addr : NULL;
+    return st;
+}
+
+EXPORT void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream) {
+    (void)stream;
+    void *p;
+    return ascmem_pluggable_try_alloc((int64_t)size, device, &p) == ASCM_OK ? p : NULL;
+}
+
+/* Frees a block of device index `device` (or, if it is not one of that
+ * device's, of whichever registered device holds it) and says the bytes it
+ * was asked for: the size is read from the block, not taken from the
+ * caller, so requested_bytes stays exact when the caller cannot say it
+ * (torch's deleters pass only the pointer).  ASCM_ERR_BADFREE: no device
+ * holds it as a live block, or the Python layer tracks it (nothing changed). */
+static int free_at(ascm_device *d, int device, void *ptr, int64_t *requested) {
+    uint64_t addr = (uint64_t)(uintptr_t)ptr, n = 0;
+    ascm_pool *p = ascm_device_pool_at(d, addr, NULL);
+    if (!p || ascm_pool_requested_size(p, addr, &n) != ASCM_OK) return ASCM_ERR_BADFREE;
+    int kind;
+    int st = ascm_device_free_entered(d, addr, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
+    if (st != ASCM_OK) return st;
+    count_requested(device, kind, -(int64_t)n);
+    ascm_device_hand_out(d, -1);
+    *requested = (int64_t)n;
+    return ASCM_OK;
+}
+
+EXPORT int ascmem_pluggable_free_requested(void *ptr, int device, int64_t *requested) {
+    *requested = 0;
+    if (!ptr) return ASCM_ERR_BADFREE;
+    ascm_device *d = get_waiting(device);
+    int st = d ? free_at(d, device, ptr, requested) : ASCM_ERR_BADFREE;
+    if (d) put(device, d);
+    if (st != ASCM_ERR_BADFREE) return st;
+    for (int i = 0; i < MAX_DEVICES; i++) { /* another index's (a tag's device) */
+        if (i == device || !(d = get_waiting(i))) continue;
+        st = ascm_device_kind_of(d, (uint64_t)(uintptr_t)ptr) >= 0 ? free_at(d, i, ptr, requested)
+                                                                    : ASCM_ERR_BADFREE;
+        put(i, d);
+        if (st != ASCM_ERR_BADFREE) return st;
+    }
+    return ASCM_ERR_BADFREE;
 }
 
 EXPORT void ascmem_pluggable_free(void *ptr, ssize_t size, int device, void *stream) {
     (void)stream;
-    ascm_device *d = ptr ? get(device) : NULL;
-    int kind;
-    if (!d) return;
-    if (ascm_device_free_entered(d, (uint64_t)(uintptr_t)ptr, ascm_kind_mask(ASCM_FREE_DEVICE), &kind) ==
-            ASCM_OK && size > 0)
-        count_requested(device, kind, -(int64_t)size);
-    put(device, d);
+    (void)size; /* read from the block: a caller's size may be missing or wrong */
+    int64_t requested;
+    ascmem_pluggable_free_requested(ptr, device, &requested);
+}
+
+/* Why an allocation at a device index failed, in words, for a caller's error
+ * message (a static string). */
+EXPORT const char *ascmem_pluggable_status_message(int status, int device) {
+    (void)device;
+    switch (status) {
+    case ASCM_ERR_CLOSED:
+        return "the ascmem Device is closed, being reset, or not registered at this index";
+    case ASCM_ERR_BUDGET:
+        return "the ascmem Device's limit or page budget is reached (Device.set_limit, memory=)";
+    case ASCM_ERR_NOMEM:
+        return "the ascmem Device is out of memory (no free block large enough)";
+    default:
+        return ascm_status_str(status);
+    }
 }
 
 EXPORT void ascmem_pluggable_init(int device_count) { (void)device_count; }

@@ -227,7 +227,9 @@ def test_device_caches_survive_reset_and_close_under_gil_free_callers(mode):
     """As test_reliability's first test, with thread caches on (with AUTO,
     coming on while the resets race): resets drop the pools (and their
     caches) while threads are inside the pluggable functions; every call is
-    served or refused, none crashes or hangs."""
+    served or waits, none crashes or hangs.  A reset while a thread holds a
+    block is refused (InUseError, issue 43): the threads free each block
+    at once, so resets go ahead between their blocks."""
     r = _run_child("""
         import threading, time, ascmem
         from ascmem import pluggable as pl
@@ -246,22 +248,26 @@ def test_device_caches_survive_reset_and_close_under_gil_free_callers(mode):
                 p = alloc(64 + (seed * 7919 + i * 104729) % 20000, 13, None)
                 if p:
                     live.append(p); served[0] += 1
-                if len(live) > 30:
+                if live:
                     free(live.pop(0), 0, 13, None)
         threads = [threading.Thread(target=raw, args=(s,)) for s in range(3)]
         for t in threads: t.start()
-        t0, resets = time.time(), 0
+        t0, resets, refused = time.time(), 0, 0
         try:
             while time.time() - t0 < 1.0:
-                d.reset(); resets += 1
+                try:
+                    d.reset(); resets += 1
+                except ascmem.InUseError:
+                    refused += 1
                 d.check()
-            d.close()
         finally:
             stop = True
             for t in threads: t.join()
+        d.reset(); d.check()
+        d.close()
         assert alloc(100, 13, None) is None
         pl.unconfigure(13)
-        assert resets > 0 and served[0] > 0
+        assert resets + refused > 0 and served[0] > 0
         print("ok")
     """.replace("MODE", repr(mode)))
     assert r.stdout.startswith("ok")

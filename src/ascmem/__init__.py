@@ -7,7 +7,7 @@ metadata; Device applies the CANN memory rules on top.
 import os as _os
 
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
-                           DeviceClosedError,
+                           DeviceClosedError, InUseError,
                            InvalidArgumentError, InvalidFreeError, IpcBusyError, IpcKeyError,
                            IpcPermissionError, MisalignedError, OutOfMemoryError,
                            PrecautionWarning, UnsupportedError)
@@ -33,7 +33,7 @@ def get_include():
 __all__ = [
     "AscmemError", "ArgumentTypeError", "BuddyAllocator", "ClosedError", "CorruptionError",
     "Device",
-    "DeviceClosedError",
+    "DeviceClosedError", "InUseError",
     "InvalidArgumentError", "InvalidFreeError", "IpcBusyError", "IpcKeyError", "IpcPermissionError",
     "MemAttr", "MemKind", "MisalignedError",
     "OutOfMemoryError",

@@ -21,7 +21,8 @@ import operator
 import warnings
 
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
-                           DeviceClosedError, InvalidArgumentError, InvalidFreeError, OutOfMemoryError,
+                           DeviceClosedError, InUseError, InvalidArgumentError, InvalidFreeError,
+                           OutOfMemoryError,
                            UnsupportedError)
 
 DEF MSG_LEN = 512
@@ -289,4 +290,5 @@ include "_device_readout.pxi"
 include "_device.pxi"
 include "_device_paths.pxi"
 include "_acl_allocator.pxi"
+include "_handed_sleep.pxi"
 include "_capi.pxi"

@@ -119,6 +119,12 @@ cdef class Device(_DeviceReadout):
         # were collected.
         cdef _DeviceParts parts = self._parts
         cdef ascm_pool *p
+        if self._d is not NULL and ascm_device_handed_out(self._d) != 0:
+            # C callers still hold blocks (torch tensors freed later, at
+            # interpreter exit perhaps): the device and its memory stay for
+            # their frees, as a leak, rather than a use after free
+            _orphans.append(parts)
+            return
         if self._d is not NULL:
             # the collector may have cleared the ledger's own fields (None)
             warn = parts is not None and not parts.closed and not parts.ledger.by_addr
@@ -469,12 +475,11 @@ cdef class Device(_DeviceReadout):
         the device are waited out; new ones are refused until it is over."""
         cdef _DeviceParts parts = <_DeviceParts>self._parts
         _require_open(self, "reset")
-        if parts.views.live:
-            raise InvalidArgumentError(f"reset: {parts.views.live} buffer views of device "
-                                       f"memory are still alive")
+        _refuse_in_use(self, "reset")
         with nogil:
             ascm_device_quiesce(self._d)
         try:
+            _refuse_handed_out(self, "reset")  # none can be handed out now: the gate is shut
             with parts.growth.lock:
                 old = parts.growth.renew()  # raises with the device untouched
                 if ascm_device_reset(self._d, parts.growth.first_base) != ASCM_OK:
@@ -512,13 +517,19 @@ cdef class Device(_DeviceReadout):
         cdef _DeviceParts parts = <_DeviceParts>self._parts
         if parts.closed:
             return
-        if parts.views.live:
-            raise InvalidArgumentError(f"close: {parts.views.live} buffer views of device "
-                                       f"memory are still alive")
+        _refuse_in_use(self, "close")
+        if self._d is not NULL:
+            with nogil:
+                ascm_device_quiesce(self._d)
+            try:
+                _refuse_handed_out(self, "close")  # none can be handed out now: the gate is shut
+            except InUseError:
+                ascm_device_reopen(self._d)
+                raise
         parts.closed = parts.views.closed = True
         if self._d is not NULL:
             with nogil:
-                ascm_device_close(self._d)  # waits out callers inside
+                ascm_device_close(self._d)  # shuts the gate for good
         parts.ledger.drop_events()
         parts.tags.clear()  # exports end, imports are unmapped (ascmem/ipc.py)
         if parts.mapper is not None:
@@ -546,6 +557,23 @@ cdef class Device(_DeviceReadout):
         closed = (<_DeviceParts>self._parts).closed if self._parts is not None else False
         return (f"<ascmem.Device {self.profile.name} {self.mode} id={self.device_id} "
                 f"backend={self.backend}{' closed' if closed else ''}>")
+
+
+cdef _refuse_in_use(Device dev, str call):
+    """close() and reset() leave the memory of live views and handed-out
+    blocks unmapped: the next read through them would crash the process."""
+    cdef _DeviceParts parts = <_DeviceParts>dev._parts
+    if parts.views.live:
+        raise InUseError(f"{call}: {parts.views.live} buffer views of device memory are still alive")
+    _refuse_handed_out(dev, call)
+
+
+cdef _refuse_handed_out(Device dev, str call):
+    cdef int64_t n = ascm_device_handed_out(dev._d) if dev._d is not NULL else 0
+    if n:
+        raise InUseError(f"{call}: {n} blocks handed out to C callers (the pluggable functions, "
+                         f"the C API, torch through ascmem.torch) are still live; free them first "
+                         f"(torch: drop the tensors, or ascmem.torch.uninstall() and let them go)")
 
 
 cdef uint64_t _empty_cache(ascm_device *d, _DeviceParts parts) except? 0:
@@ -607,6 +635,10 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
     parts.up.paged_kinds = frozenset(k for k in range(ASCM_KINDS)
                                      if ascm_kind(k).freed_by == ASCM_FREE_DEVICE)
     parts.paged = True
+
+
+# the parts of Devices collected while C callers held blocks of them (__dealloc__)
+_orphans = []
 
 
 def _pluggable_register(int index, Device device=None):

@@ -340,8 +340,12 @@ def _kib(n):
 # ---- bench --------------------------------------------------------------------------------
 
 def cmd_bench(args):
+    flags = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
+    if args.torch:  # torch's CPU allocator against ascmem's (needs torch)
+        from ascmem.torch import bench as torch_bench
+        return torch_bench.main(flags)
     from ascmem import bench
-    return bench.main((["--quick"] if args.quick else []) + (["--json"] if args.json else []))
+    return bench.main(flags)
 
 
 def build_parser():
@@ -432,6 +436,8 @@ def build_parser():
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
+    s.add_argument("--torch", action="store_true",
+                   help="PyTorch's CPU allocator against ascmem.torch, A/B in one process")
     s.set_defaults(func=cmd_bench)
     for choice in getattr(sub, "_choices_actions", ()):  # `COMMAND --help` says what it does
         if sub.choices[choice.dest].description is None:

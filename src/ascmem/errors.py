@@ -59,6 +59,14 @@ class InvalidFreeError(AscmemError, ValueError):
     code = ACL_ERROR_RT_MEMORY_FREE
 
 
+class InUseError(InvalidArgumentError):
+    """close() or reset() of a device while memory of it is still in use
+    outside ascmem's Python objects: blocks handed out to C callers (the
+    pluggable functions, the capsule's device calls, torch through
+    ``ascmem.torch``) or live buffer views.  Nothing changed; free them (for
+    torch: drop the tensors) and call again."""
+
+
 class UnsupportedError(AscmemError):
     """The product does not support this (a P2P or 1 GiB-page policy...)."""
 
