@@ -398,7 +398,7 @@ def _run(args):
           f"{host['numpy'] / 1e3:.1f} us); with a numpy view on the block "
           f"{host['pool+view'] / 1e3:.2f} us ({host['numpy'] / host['pool+view']:.1f}x)")
 
-    names = ["pool", "buddy", "bestfit"] + (["tlsf"] if tr.tlsf_available() else [])
+    names = ["pool", "buddy", "bestfit", "bestfit-wilderness"] + (["tlsf"] if tr.tlsf_available() else [])
     resolution = (1 << 20) if args.quick else 64 * 1024
     print(f"\nefficiency = peak live / smallest arena that replays the trace "
           f"(bisection to {resolution // 1024} KiB; higher is better)")

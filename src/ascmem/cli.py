@@ -379,7 +379,7 @@ def build_parser():
                    "else atlas-inference)")
     s.add_argument("--mode", default=None, help="EP or RC")
     s.add_argument("--allocator", default="device",
-                   choices=["device", "pool", "buddy", "tlsf", "bestfit", "torch-caching"],
+                   choices=["device", "pool", "buddy", "tlsf", "bestfit", "bestfit-wilderness", "torch-caching"],
                    help="what to replay through (default: %(default)s)")
     s.add_argument("--capacity", type=_positive_int, help="bytes (units allowed: 300MiB), for --allocator pool/buddy/tlsf "
                    "(default: 4 x peak live)")
@@ -409,7 +409,7 @@ def build_parser():
     s = sub.add_parser("fit", help="minimum capacity and efficiency per allocator")
     trace_args(s)
     s.add_argument("--allocator", action="append",
-                   choices=["pool", "buddy", "tlsf", "bestfit", "torch-caching"],
+                   choices=["pool", "buddy", "tlsf", "bestfit", "bestfit-wilderness", "torch-caching"],
                    help="repeat to compare several (default: all available)")
     s.add_argument("--resolution", type=_positive_int, default=64 * 1024,
                    help="bisection step in bytes (default: %(default)s)")
