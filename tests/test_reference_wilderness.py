@@ -87,3 +87,11 @@ def test_planner_footprint_is_its_arena_in_whole_pages():
     t = Trace([Event("a", 1, 100 << 20), Event("f", 1, 100 << 20)], name="one")
     (fp,) = planner.footprints(t, allocators=["bestfit-wilderness"])
     assert fp.peak == 100 << 20 and fp.complete
+
+
+def test_a_paged_pool_of_a_given_virtual_range():
+    t = tr.example("resnet50_multires")
+    pool = tr.paged_pool(t, 2 << 20, range_size=4 * t.peak_live())
+    assert pool.capacity == -(-4 * t.peak_live() // (2 << 20)) * (2 << 20)
+    eff, mapped = tr.physical_efficiency(t, 2 << 20, range_size=4 * t.peak_live())
+    assert 0 < eff <= 1 and mapped >= t.peak_live()
