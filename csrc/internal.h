@@ -248,7 +248,7 @@ static inline uint32_t ascm_map_get(const ascm_addrmap *m, uint32_t key) { /* 0 
 #endif
 #define ASCM_FIT_BINS ((32 - ASCM_FIT_SUB_BITS + 1) << ASCM_FIT_SUB_BITS)
 #ifndef ASCM_FIT_SCAN
-#define ASCM_FIT_SCAN 4 /* nodes looked at in the request's bin before settling for the best seen */
+#define ASCM_FIT_SCAN 16 /* nodes looked at in the request's bin before settling for the best seen (fit.c) */
 #endif
 
 /* 32 bytes, so that the nodes of ten thousand blocks stay in cache. */

@@ -483,16 +483,17 @@ def _run(args):
           f"{host['numpy'] / 1e3:.1f} us); with a numpy view on the block "
           f"{host['pool+view'] / 1e3:.2f} us ({host['numpy'] / host['pool+view']:.1f}x)")
 
-    names = ["pool", "buddy", "bestfit"] + (["tlsf"] if tr.tlsf_available() else [])
+    names = ["pool", "buddy", "bestfit", "bestfit-wilderness"] + (["tlsf"] if tr.tlsf_available() else [])
     resolution = (1 << 20) if args.quick else 64 * 1024
     print(f"\nefficiency = peak live / smallest arena that replays the trace "
           f"(bisection to {resolution // 1024} KiB; higher is better)")
-    print(f"{'trace':22s}{'peak live':>12s}" + "".join(f"{n:>10s}" for n in names))
+    widths = [max(10, len(n) + 1) for n in names]
+    print(f"{'trace':22s}{'peak live':>12s}" + "".join(f"{n:>{w}s}" for n, w in zip(names, widths)))
     traces = _traces(args.quick)
     figures["efficiency"] = frugality(traces, names, resolution)
     for r in figures["efficiency"]:
         print(f"{r['trace']:22s}{r['peak_live'] / MiB:9.1f} MiB" +
-              "".join(f"{r[n]:10.3f}" for n in names))
+              "".join(f"{r[n]:{w}.3f}" for n, w in zip(names, widths)))
     print("\nphysical efficiency of a paged pool = peak live / peak mapped (granules mapped only "
           "where live bytes are)")
     print(f"{'trace':22s}{'2 MiB':>10s}{'64 KiB':>10s}")

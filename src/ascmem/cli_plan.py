@@ -6,6 +6,7 @@ import argparse
 
 
 def add_parser(sub, trace_args, positive_int):
+    from ascmem import planner
     s = sub.add_parser("plan", help="will a workload fit on each product, with what headroom, "
                        "per allocator (ascmem, torch_npu caching and expandable segments, cann-raw)")
     trace_args(s)
@@ -18,6 +19,8 @@ def add_parser(sub, trace_args, positive_int):
     s.add_argument("--dvpp", type=size, default=0, help="media (DVPP) memory per instance, "
                    "besides the trace's own")
     s.add_argument("--model", action="append", help="only these products (repeat; default: all)")
+    s.add_argument("--allocator", action="append", choices=planner.PEERS,
+                   help="repeat to compare several (default: " + ", ".join(planner.ALLOCATORS) + ")")
     s.add_argument("--json", action="store_true", help="one JSON document (docs/CLI_JSON.md)")
     s.add_argument("--plot", metavar="PNG", help="memory over time per allocator (matplotlib)")
     s.set_defaults(func=cmd_plan)
@@ -49,7 +52,8 @@ def cmd_plan(args):
         plot.require()
     t = _load(args)
     p = planner.plan(t, weights=args.weights, instances=args.instances, headroom=args.headroom,
-                     dvpp=args.dvpp, models=args.model, curves=bool(args.plot))
+                     dvpp=args.dvpp, models=args.model, curves=bool(args.plot),
+                     allocators=args.allocator or planner.ALLOCATORS)
     if args.plot:
         from ascmem import plot
         plot.plan_plot(p, args.plot)

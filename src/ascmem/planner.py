@@ -9,7 +9,10 @@ The workload (a trace) is measured once per allocator:
   - torch-expandable, torch-expandable-eager: the same with expandable
     segments (ascmem.torch_expandable), pages unmapped only before
     out-of-memory, or as soon as they are free; their peak of mapped pages;
-  - cann-raw: every request a runtime call in whole pages (ascmem.raw_cann).
+  - cann-raw: every request a runtime call in whole pages (ascmem.raw_cann);
+  - bestfit-wilderness (asked for by name): textbook best fit keeping the
+    arena's untouched end for last (ascmem.reference), one contiguous arena
+    reserved in whole pages up to its high-water mark.
 Then, for every product and mode, the card must hold, per instance (a
 process sharing the card), that peak plus the weights and the media memory
 (in whole 2 MiB pages) plus the headroom asked for, and once per card what
@@ -30,7 +33,8 @@ from ascmem.errors import InvalidArgumentError
 
 PAGE = 2 << 20
 ALLOCATORS = ("ascmem", "torch-caching", "torch-expandable", "torch-expandable-eager",
-              "cann-raw")
+              "cann-raw")  # the default
+PEERS = ALLOCATORS + ("bestfit-wilderness",)
 REFERENCE = "atlas-a2-training"
 REFERENCE_MEMORY = 120 << 30  # room for any workload a card could take: the fit is decided below
 
@@ -101,8 +105,14 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
             raw = raw_cann.peak(trace, dev, curve=curves)
             out.append(Footprint(name, raw["peak"], media_peak, raw.get("curve", []),
                                  complete=raw["peak"] <= REFERENCE_MEMORY))
+        elif name == "bestfit-wilderness":
+            from ascmem.reference import BestFitWilderness
+            alloc = BestFitWilderness(REFERENCE_MEMORY)
+            rep = tr.replay(trace, alloc, curve=curves)  # its curve: bytes held, not the arena
+            out.append(Footprint(name, _pages(alloc.high_water), media_peak,
+                                 rep.get("curve_used", []), complete=not rep["failures"]))
         else:
-            raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
+            raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(PEERS)}")
     return out
 
 

@@ -284,8 +284,8 @@ def tlsf_available():
     return True
 
 
-ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit", "torch-caching", "torch-expandable",
-              "torch-expandable-eager")
+ALLOCATORS = ("pool", "buddy", "tlsf", "bestfit", "bestfit-wilderness", "torch-caching",
+              "torch-expandable", "torch-expandable-eager")
 
 
 def _a_trace(trace):
@@ -307,6 +307,7 @@ def _bytes(value, what, power_of_two=False):
 
 def make_allocator(name, capacity):
     """An allocator of capacity bytes by name: pool, buddy, tlsf, bestfit,
+    bestfit-wilderness (best fit keeping the arena's untouched end for last),
     torch-caching (torch_npu's caching allocator, emulated, with the options
     of PYTORCH_NPU_ALLOC_CONF in the environment), torch-expandable and
     torch-expandable-eager (its expandable segments, pages unmapped only
@@ -326,6 +327,9 @@ def make_allocator(name, capacity):
     if name == "bestfit":
         from ascmem.reference import BestFit
         return BestFit(capacity)
+    if name == "bestfit-wilderness":
+        from ascmem.reference import BestFitWilderness
+        return BestFitWilderness(capacity)
     if name == "tlsf":
         if not tlsf_available():
             raise InvalidArgumentError("the tlsf allocator needs `pip install tlsfallocator`")
@@ -512,22 +516,23 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
     return hi
 
 
-def paged_pool(trace, granule=2 << 20, release_threshold=0):
+def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None):
     """A paged Pool for replaying trace: a virtual range far larger than any
-    placement of it needs (at least 64 GiB), mapped in granules."""
+    placement of it needs (at least 64 GiB), or of range_size bytes, mapped
+    in granules."""
     import ascmem
-    size = max(64 << 30, 16 * _a_trace(trace).peak_live())
+    size = range_size or max(64 << 30, 16 * _a_trace(trace).peak_live())
     _bytes(granule, "granule", power_of_two=True)
     size = (size + granule - 1) // granule * granule
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
 
 
-def physical_efficiency(trace, granule=2 << 20, release_threshold=0):
+def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=None):
     """Peak live bytes / peak mapped bytes when a paged Pool with this granule
-    replays the trace: how much physical memory a page-mapped pool needs
-    against what the trace holds live at its peak.  Returns (efficiency,
-    peak mapped bytes)."""
-    pool = paged_pool(trace, granule, release_threshold)
+    (and virtual range, see paged_pool) replays the trace: how much physical
+    memory a page-mapped pool needs against what the trace holds live at its
+    peak.  Returns (efficiency, peak mapped bytes)."""
+    pool = paged_pool(trace, granule, release_threshold, range_size)
     report = replay(trace, pool)
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 

@@ -1,0 +1,91 @@
+"""The frugality table of issue 42: per trace, the contiguous Pool against
+textbook best fit (bounded arena, and the untouched end kept for last), paged
+pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
+64 GiB, best fit + unmapping of fully free granules, and the bound (peak live
+over the whole granules it needs).  Held-out traces (tests/data/heldout/,
+recorded by scripts/record_heldout_traces.py and kept out of tuning) are
+marked with *.
+
+    python scripts/frugality_table.py [--quick] [--json OUT] [--only NAME ...] [trace ...]
+
+Traces: the recorded pipeline (../shared/traces) when present, every shipped
+example, every held-out trace, then any file given.  Contiguous figures come
+from `ascmem fit`'s bisection (ascmem.trace.min_capacity, 64 KiB; --quick:
+1 MiB), paged ones from ascmem.trace.physical_efficiency.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+import ascmem.trace as tr
+from ascmem.reference import bestfit_unmapped_peak
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HELDOUT = os.path.join(HERE, "..", "tests", "data", "heldout")
+SHARED = os.path.join(HERE, "..", "..", "..", "shared", "traces", "pipeline.csv.gz")
+GRANULES = ((2 << 20, "2M"), (64 << 10, "64K"))
+COLUMNS = ["pool", "bestfit", "bestfit-wilderness"] + [
+    f"paged{g}@{r}" for _, g in GRANULES for r in ("4x", "64G")] + [
+    f"bf+unmap{g}" for _, g in GRANULES] + [f"bound{g}" for _, g in GRANULES]
+
+
+def traces(extra):
+    """(trace, held out?) of the table, in its order."""
+    out = []
+    for path in (SHARED,) if os.path.exists(SHARED) else ():
+        out.append((tr.load(path), False))
+    out += [(tr.example(n), False) for n in tr.example_names()]
+    out += [(tr.load(p), True) for p in sorted(glob.glob(os.path.join(HELDOUT, "*.csv.gz")))]
+    out += [(tr.load(p), False) for p in extra]
+    return out
+
+
+def row(t, resolution):
+    peak = t.peak_live()
+    r = {"trace": t.name, "peak_live": peak}
+    for name in ("pool", "bestfit", "bestfit-wilderness"):
+        r[name] = tr.efficiency(t, name, resolution)[0]
+    for g, label in GRANULES:
+        for rng, size in (("4x", 4 * peak), ("64G", 64 << 30)):
+            r[f"paged{label}@{rng}"] = tr.physical_efficiency(t, g, range_size=size)[0]
+        r[f"bf+unmap{label}"] = peak / bestfit_unmapped_peak(t, g)
+        r[f"bound{label}"] = peak / (-(-peak // g) * g)
+    return r
+
+
+def print_row(r, held):
+    name = ("*" if held else " ") + r["trace"]
+    print(f"{name:24s}{r['peak_live'] / 2**20:9.1f}" + "".join(f"{r[c]:>11.3f}" for c in COLUMNS),
+          flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="*", help="more traces (any format `ascmem fit` reads)")
+    ap.add_argument("--quick", action="store_true", help="bisect to 1 MiB, not 64 KiB")
+    ap.add_argument("--only", action="append", help="only traces of this name (repeat)")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    resolution = (1 << 20) if args.quick else 64 << 10
+    heads = ["pool", "bf", "bf-wild"] + [c.replace("paged", "pg") for c in COLUMNS[3:]]
+    print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
+          f"{resolution >> 10} KiB) or peak mapped (paged); * held out")
+    print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))
+    rows = []
+    for t, held in traces(args.paths):
+        if args.only and t.name not in args.only:
+            continue
+        r = row(t, resolution)
+        r["held_out"] = held
+        rows.append(r)
+        print_row(r, held)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
