@@ -15,6 +15,17 @@ def make_buddy(size=64 * MiB):
     return ascmem.BuddyAllocator(size, base=BASE)
 
 
+@pytest.fixture
+def acl_a2_device():
+    """An Atlas A2 training Device behind the ascmem.acl drop-in (stream pools
+    exist on A2 only), taken off again after the test."""
+    from ascmem import acl
+    d = ascmem.Device("atlas-a2-training")
+    acl.use(d)
+    yield d
+    acl.use(None)
+
+
 @pytest.fixture(params=["pool", "buddy"])
 def allocator(request):
     """One contract suite over every allocator variant."""

@@ -16,11 +16,8 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def dev():
-    d = ascmem.Device("atlas-a2-training")
-    acl.use(d)
-    yield d
-    acl.use(None)
+def dev(acl_a2_device):
+    return acl_a2_device
 
 
 @pytest.fixture

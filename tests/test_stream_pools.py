@@ -26,11 +26,8 @@ def props(max_size=1 * GiB, device_id=0, **extra):
 
 
 @pytest.fixture
-def dev():
-    d = ascmem.Device("atlas-a2-training")
-    acl.use(d)
-    yield d
-    acl.use(None)
+def dev(acl_a2_device):
+    return acl_a2_device
 
 
 @pytest.fixture
