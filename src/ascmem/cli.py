@@ -59,6 +59,21 @@ def _load(args):
     return trace.load(args.trace, device=args.device)
 
 
+def _source_notes(t):
+    """Lines about what the import of a PyTorch trace left out (printed by
+    every command's table output; --json has them in "source")."""
+    skipped = t.source.get("skipped_frees")
+    if not skipped:
+        return []
+    return [f"note: {skipped:,} frees of blocks allocated before recording started were "
+            f"skipped (the profile began mid-run; the figures cover what it recorded)"]
+
+
+def _print_notes(t):
+    for line in _source_notes(t):
+        print(line)
+
+
 def _check_mode(model, mode):
     """A mode the product does not have is a usage error (exit 2)."""
     from ascmem import profiles
@@ -255,9 +270,10 @@ def cmd_replay(args):
             ("raw CANN peak (whole pages per call)", _mib(report["cann_raw"]["peak"])),
         ]
     print(_table(rows, ("measure", "value")))
+    _print_notes(t)
     if report["first_failure"]:
         f = report["first_failure"]
-        print(f"first failure: event {f['event']} (line {f['line']}), id {f['id']}, "
+        print(f"first failure: event {f['event']} ({f['where']}), id {f['id']}, "
               f"{f['size']:,} bytes {f['kind']}: {f['error']}")
     for w in report.get("precaution_warnings", []):
         print(f"precaution: {w}")
@@ -311,6 +327,7 @@ def cmd_fit(args):
         print("physical: a virtual range mapped in granules only where live bytes are; bound: "
               "peak live over the whole granules it needs, which no placement beats")
         print(_table(rows, ("allocator", "peak mapped", "efficiency", "bound")))
+    _print_notes(t)
     return 0
 
 
@@ -422,7 +439,7 @@ def build_parser():
     s.set_defaults(func=cmd_fit)
 
     from ascmem import cli_plan
-    cli_plan.add_parser(sub, trace_args, _positive_int)
+    cli_plan.add_parser(sub, trace_args, _bytes_of)
 
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
@@ -439,6 +456,14 @@ _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 
 def _positive_int(text):
     """A positive number of bytes: 65536, 0x10000, 300MiB, 1.5 GiB, 2GB (KiB,
     MiB... and K, M... are powers of 1024; kB, MB... powers of 1000)."""
+    value = _bytes_of(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {text!r}")
+    return value
+
+
+def _bytes_of(text):
+    """A number of bytes >= 0, in _positive_int's forms."""
     m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?|0[xX][0-9a-fA-F_]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
@@ -447,10 +472,7 @@ def _positive_int(text):
     number = m.group(1)
     value = int(number, 16) if number[:2].lower() == "0x" else float(number) if "." in number \
         else int(number)
-    value = int(value * _UNITS[unit])
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {text!r}")
-    return value
+    return int(value * _UNITS[unit])
 
 
 def main(argv=None):

@@ -77,13 +77,21 @@ def example(name):
     return load(data)
 
 
-def load(path_or_file, device=None):
+# A PyTorch trace is read whole before it is parsed: a file (or a gzip
+# member that inflates) beyond this is refused rather than read until memory
+# runs out.  1 GiB holds some three million profiler memory events.
+MAX_WHOLE_BYTES = 1 << 30
+
+
+def load(path_or_file, device=None, max_bytes=None):
     """Reads a trace: ascmem's CSV, a PyTorch profiler Chrome trace or a
     PyTorch memory snapshot (told apart by content; gzip allowed; see
     docs/TRACES.md).  device: which device's events of a PyTorch trace
     ("cpu", "cuda", "npu:1", a snapshot's index; default: the one with the
-    most).  Anything malformed raises TraceError naming the file and line.
-    A CSV trace streams through the compiled reader (trace_csv)."""
+    most).  Anything malformed raises TraceError naming the file and line
+    (or event).  A CSV trace streams through the compiled reader
+    (trace_csv); a PyTorch trace is read whole, up to max_bytes once
+    decompressed (default MAX_WHOLE_BYTES)."""
     from ascmem import trace_csv
     stream, close, name = _open(path_or_file)
     try:
@@ -104,7 +112,7 @@ def load(path_or_file, device=None):
         head = next(chunks, b"")
         fmt = _import.detect(head)
         if fmt != "csv":
-            return _load_torch(head + b"".join(chunks), name, fmt, device)
+            return _load_torch(_whole_text(head, chunks, name, max_bytes), name, fmt, device)
         columns = trace_csv.read_columns(_prepend(head, chunks), name)
         if columns is not None:
             return _named(Trace(columns=columns), name)
@@ -114,6 +122,20 @@ def load(path_or_file, device=None):
     finally:
         if close:
             stream.close()
+
+
+def _whole_text(head, chunks, name, max_bytes):
+    """The decompressed bytes, refused past max_bytes as they come (a small
+    gzip can inflate to gigabytes)."""
+    limit = MAX_WHOLE_BYTES if max_bytes is None else max_bytes
+    parts, total = [], 0
+    for chunk in _prepend(head, chunks):
+        total += len(chunk)
+        if total > limit:
+            raise TraceError(f"{name}: inflates to more than {limit:,} bytes, the most a PyTorch "
+                             f"trace is read to (trace.load(..., max_bytes=N) reads more)")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _prepend(head, chunks):
@@ -131,9 +153,10 @@ def _load_torch(data, name, fmt, device):
         got = (_import.from_chrome if fmt == "chrome" else _import.from_snapshot)(data, name, device)
     except InvalidArgumentError as exc:
         raise TraceError(str(exc)) from None
-    events = [Event(op, i, size, line=n + 1, stream=stream)
-              for n, (op, i, size, stream) in enumerate(got.events)]
+    events = [Event(op, i, size, line=at, stream=stream)
+              for op, i, size, stream, at in got.events]
     trace = Trace(events, name=_base_name(name))
+    trace.origin = "traceEvents" if fmt == "chrome" else f"device_traces[{got.device.split(':')[1]}]"
     trace.source = {"format": fmt, "device": got.device, "skipped_frees": got.skipped_frees,
                     "reserved_peak": got.reserved_peak}
     return trace
@@ -365,6 +388,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
                                 f"alloc and free, not {type(allocator).__name__}")
     is_device = isinstance(allocator, ascmem.Device)
     caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
+    paged = isinstance(allocator, ascmem.Pool) and bool(allocator.granule)  # its curve: mapped
     usable = getattr(allocator, "usable_size", None)
     live, sizes_used = {}, {}
     live_bytes = used_bytes = peak_live = peak_used = 0
@@ -390,7 +414,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             except OutOfMemoryError as exc:
                 failures += 1
                 if first_failure is None:
-                    first_failure = {"event": i, "line": trace.line_of(i), "id": ident,
+                    first_failure = {"event": i, "line": trace.line_of(i),
+                                     "where": trace.where(i), "id": ident,
                                      "size": size, "kind": kind, "error": str(exc)}
                 if stop_at_failure:
                     break
@@ -429,6 +454,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
                 curve_used.append(b["huge_used"] + b["normal_used"])
             elif caching:
                 curve_used.append(allocator.reserved)
+            elif paged:
+                curve_used.append(allocator.stats()["mapped"])
             else:
                 curve_used.append(used_bytes)
         if progress is not None and i % 4096 == 0:
@@ -448,7 +475,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         report["curve_live"] = curve_live
         report["curve_used"] = curve_used
         report["curve_used_label"] = ("device pages in use" if is_device else
-                                      "reserved" if caching else "held after rounding")
+                                      "reserved" if caching else
+                                      "mapped" if paged else "held after rounding")
     if snapshot:
         from ascmem.snapshot import save_torch, to_torch
         if captured is None:
@@ -458,7 +486,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         report["snapshot_event"] = peak_at if peak_at is not None else len(trace) - 1
     if caching:  # a caching allocator: what it took from the device
         report["peak_reserved"] = allocator.peak_reserved
-    if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
+    if paged:  # the physical side
         stats = allocator.stats()
         report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
                       map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],

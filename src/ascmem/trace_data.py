@@ -74,6 +74,9 @@ class Trace:
         self.has_kinds = bool(c.kind.any())
         self.has_policies = bool(c.policy.any())
         self.has_streams = c.stream is not None
+        # what the line column holds: None, file lines (a CSV trace); else the
+        # list whose indexes it holds ("traceEvents", "device_traces[0]")
+        self.origin = None
 
     def __len__(self):
         return len(self.columns.alloc)
@@ -87,8 +90,19 @@ class Trace:
         return int(np.count_nonzero(self.columns.alloc))
 
     def line_of(self, i):
+        """The file line of event i (a CSV trace); None for a PyTorch trace."""
+        if self.origin is not None:
+            return None
         line = self.columns.line
         return int(line[i]) if line is not None else i + 2
+
+    def where(self, i):
+        """Where event i came from, in words: "line 370" of a CSV file,
+        "traceEvents[1234]" of a Chrome trace, "device_traces[0][55]" of a
+        memory snapshot."""
+        if self.origin is None:
+            return f"line {self.line_of(i)}"
+        return f"{self.origin}[{int(self.columns.line[i])}]"
 
     def rows(self):
         """(alloc, id, size, kind name, policy) of every event, in order, as
