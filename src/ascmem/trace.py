@@ -387,6 +387,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         raise ArgumentTypeError(f"replay needs an allocator name, a Device or an object with "
                                 f"alloc and free, not {type(allocator).__name__}")
     is_device = isinstance(allocator, ascmem.Device)
+    if _compiled(trace, allocator, curve, snapshot):
+        return _replay_compiled(trace, allocator, stop_at_failure, progress)
     caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
     paged = isinstance(allocator, ascmem.Pool) and bool(allocator.granule)  # its curve: mapped
     usable = getattr(allocator, "usable_size", None)
@@ -497,6 +499,50 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             _device_free(allocator, kind)(ptr)
         else:
             allocator.free(ptr)
+    return report
+
+
+def _compiled(trace, allocator, curve, snapshot):
+    """Whether replay() can play trace through allocator in compiled code
+    (ascmem._core.replay_columns): a Pool or a BuddyAllocator, no curve or
+    snapshot, ids that are int64."""
+    from ascmem._core import BuddyAllocator, Pool
+    return type(allocator) in (Pool, BuddyAllocator) and not curve and not snapshot \
+        and trace.columns.ids.dtype == "int64"
+
+
+def _replay_compiled(trace, allocator, stop_at_failure, progress):
+    """replay()'s report, from the compiled loop: the same figures as the
+    loop in Python (tests/test_trace_scale.py compares them)."""
+    from ascmem._core import replay_columns
+    from ascmem.trace_data import KIND_NAMES
+    c = trace.columns
+    t0 = time.perf_counter()
+    got = replay_columns(allocator, c.alloc, trace.slots(), c.size, c.kind,
+                         stop_at_failure=stop_at_failure, progress=progress)
+    elapsed = time.perf_counter() - t0
+    first = None
+    if got["first_failure"] >= 0:
+        i = got["first_failure"]
+        first = {"event": i, "line": trace.line_of(i), "where": trace.where(i),
+                 "id": int(c.ids[i]), "size": int(c.size[i]), "kind": KIND_NAMES[c.kind[i]],
+                 "error": str(got["first_error"])}
+    report = {
+        "trace": trace.name, "events": len(trace), "allocations": trace.allocations,
+        "peak_live": got["peak_live"], "peak_used": got["peak_used"],
+        "failures": got["failures"], "first_failure": first,
+        "ops_per_sec": len(trace) / elapsed if elapsed else 0.0, "seconds": elapsed,
+    }
+    if trace.has_kinds:
+        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"].items()}
+    if trace.has_streams:
+        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
+    if getattr(allocator, "granule", 0):  # a paged pool: the physical side
+        stats = got["stats"]
+        report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
+                      map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
+                      physical_efficiency=got["peak_live"] / stats["peak_mapped"]
+                      if stats["peak_mapped"] else 0.0)
     return report
 
 

@@ -77,6 +77,7 @@ class Trace:
         # what the line column holds: None, file lines (a CSV trace); else the
         # list whose indexes it holds ("traceEvents", "device_traces[0]")
         self.origin = None
+        self._slots = None  # slots(), made on first use
 
     def __len__(self):
         return len(self.columns.alloc)
@@ -88,6 +89,14 @@ class Trace:
     @property
     def allocations(self):
         return int(np.count_nonzero(self.columns.alloc))
+
+    def slots(self):
+        """Each event's slot: its allocation's ordinal (ascmem._core.replay_slots),
+        made once; the compiled replays keep live blocks in an array by it."""
+        if self._slots is None:
+            from ascmem._core import replay_slots
+            self._slots = replay_slots(self.columns.alloc, self.columns.ids)
+        return self._slots
 
     def line_of(self, i):
         """The file line of event i (a CSV trace); None for a PyTorch trace."""
