@@ -80,3 +80,22 @@ def test_progress_is_called_between_blocks_only():
     seen = []
     tr.replay(t, ascmem.Pool(1 << 30, base=1 << 32), progress=lambda i, n: seen.append((i, n)))
     assert seen and seen[-1] == (len(t), len(t)) and len(seen) <= len(t) // 4096 + 2
+
+
+def test_a_chrome_trace_streams_into_the_columns_the_whole_read_gives(tmp_path, monkeypatch):
+    import json
+    from ascmem import trace_import
+    pytest.importorskip("ijson")
+    events = []
+    for i in range(3000):  # allocations, frees, a reused address, frees from before
+        events.append({"name": "[memory]", "ph": "i", "ts": i // 3,
+                       "args": {"Addr": 0x1000 * (i % 97), "Bytes": (i % 13 + 1) * 512 *
+                                (1 if i % 3 else -1), "Device Type": 20, "Device Id": i % 2}})
+        events.append({"name": "aten::add", "ph": "X", "ts": i, "args": {"x": [1, {"y": 2}]}})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "after": [1]}))
+    streamed = tr.load(path, device="npu:1")
+    monkeypatch.setattr(trace_import, "streaming", lambda: False)
+    whole = tr.load(path, device="npu:1")
+    assert streamed.source == whole.source and streamed.source["skipped_frees"] > 0
+    assert list(streamed.events) == list(whole.events) and len(whole) > 1000

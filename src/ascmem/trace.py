@@ -111,6 +111,13 @@ def load(path_or_file, device=None, max_bytes=None):
         chunks = _chunks(stream, name)
         head = next(chunks, b"")
         fmt = _import.detect(head)
+        if fmt == "chrome" and _import.streaming():
+            try:
+                got = _import.from_chrome_chunks(_capped(head, chunks, name, max_bytes), name,
+                                                 device)
+            except InvalidArgumentError as exc:
+                raise TraceError(str(exc)) from None
+            return _imported(got, name, fmt)
         if fmt != "csv":
             return _load_torch(_whole_text(head, chunks, name, max_bytes), name, fmt, device)
         columns = trace_csv.read_columns(_prepend(head, chunks), name)
@@ -124,18 +131,21 @@ def load(path_or_file, device=None, max_bytes=None):
             stream.close()
 
 
-def _whole_text(head, chunks, name, max_bytes):
-    """The decompressed bytes, refused past max_bytes as they come (a small
+def _capped(head, chunks, name, max_bytes):
+    """The decompressed chunks, refused past max_bytes as they come (a small
     gzip can inflate to gigabytes)."""
     limit = MAX_WHOLE_BYTES if max_bytes is None else max_bytes
-    parts, total = [], 0
+    total = 0
     for chunk in _prepend(head, chunks):
         total += len(chunk)
         if total > limit:
             raise TraceError(f"{name}: inflates to more than {limit:,} bytes, the most a PyTorch "
                              f"trace is read to (trace.load(..., max_bytes=N) reads more)")
-        parts.append(chunk)
-    return b"".join(parts)
+        yield chunk
+
+
+def _whole_text(head, chunks, name, max_bytes):
+    return b"".join(_capped(head, chunks, name, max_bytes))
 
 
 def _prepend(head, chunks):
@@ -153,9 +163,12 @@ def _load_torch(data, name, fmt, device):
         got = (_import.from_chrome if fmt == "chrome" else _import.from_snapshot)(data, name, device)
     except InvalidArgumentError as exc:
         raise TraceError(str(exc)) from None
-    events = [Event(op, i, size, line=at, stream=stream)
-              for op, i, size, stream, at in got.events]
-    trace = Trace(events, name=_base_name(name))
+    return _imported(got, name, fmt)
+
+
+def _imported(got, name, fmt):
+    """The Trace of an importer's ImportedTrace."""
+    trace = Trace(columns=got.events.columns(), name=_base_name(name))
     trace.origin = "traceEvents" if fmt == "chrome" else f"device_traces[{got.device.split(':')[1]}]"
     trace.source = {"format": fmt, "device": got.device, "skipped_frees": got.skipped_frees,
                     "reserved_peak": got.reserved_peak}

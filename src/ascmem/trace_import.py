@@ -33,7 +33,7 @@ class ImportedTrace:
     what it had to leave out."""
 
     def __init__(self, events, device, skipped_frees=0, reserved_peak=None):
-        self.events = events              # [(op, id, size, stream, where)]: where indexes the source
+        self.events = events              # _Paired: the event columns, where indexes the source
         self.device = device              # "cpu", "cuda:0", ...
         self.skipped_frees = skipped_frees
         self.reserved_peak = reserved_peak
@@ -89,25 +89,55 @@ def _pick_device(counts, device, name, what):
                                f"{', '.join(f'{d} ({n} events)' for d, n in sorted(counts.items()))}")
 
 
+class _Paired:
+    """Events as lists, one per column: alloc (1/0), id, size, stream, and
+    where (the index of the source entry each came from)."""
+
+    def __init__(self):
+        self.alloc, self.ids, self.size, self.stream, self.where = [], [], [], [], []
+
+    def add(self, is_alloc, ident, size, stream, where):
+        self.alloc.append(is_alloc)
+        self.ids.append(ident)
+        self.size.append(size)
+        self.stream.append(stream)
+        self.where.append(where)
+
+    def __len__(self):
+        return len(self.alloc)
+
+    def columns(self):
+        """ascmem.trace_data.Columns of the events."""
+        import numpy as np
+        from ascmem.trace_data import Columns
+        n = len(self.alloc)
+        stream = np.array(self.stream, np.int64)
+        return Columns(np.array(self.alloc, np.uint8), np.array(self.ids, np.int64),
+                       np.array(self.size, np.uint64), np.zeros(n, np.uint8),
+                       np.zeros(n, np.uint32), np.array(self.where, np.int64),
+                       stream if stream.any() else None)
+
+
 def _pair(steps):
     """Pairs (addr, delta, stream, where) steps by address into ascmem events
-    (op, id, size, stream, where); a free carries its allocation's stream."""
-    live, events, next_id, skipped = {}, [], 0, 0
+    (a _Paired); a free carries its allocation's stream."""
+    live, out, next_id, skipped = {}, _Paired(), 0, 0
+    add = out.add
     for addr, delta, stream, where in steps:
         if delta > 0:
             if addr in live:  # the profiler missed a free: the old block ends here
                 old_id, old_size, old_stream = live.pop(addr)
-                events.append(("f", old_id, old_size, old_stream, where))
+                add(0, old_id, old_size, old_stream, where)
             live[addr] = (next_id, delta, stream)
-            events.append(("a", next_id, delta, stream, where))
+            add(1, next_id, delta, stream, where)
             next_id += 1
         elif delta < 0:
             block = live.pop(addr, None)
             if block is None:
                 skipped += 1  # allocated before recording started
                 continue
-            events.append(("f",) + block + (where,))
-    return events, skipped
+            add(0, block[0], block[1], block[2], where)
+    return out, skipped
 
 
 def _reject_constant(word):
@@ -149,6 +179,112 @@ def _chrome_event(e, name, i):
 
 def from_chrome(data, name, device=None):
     return from_chrome_doc(parse_json(data, name), name, device)
+
+
+# A Chrome trace nests four deep (the document, traceEvents, an event, its
+# args); the streaming parser is refused anything past this before it sees it.
+MAX_DEPTH = 64
+
+
+def streaming():
+    """Whether Chrome traces stream (ijson, with its C backend, installed)."""
+    try:
+        import ijson  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def from_chrome_chunks(chunks, name, device=None):
+    """An ImportedTrace from a Chrome trace's decompressed chunks, parsed as
+    they come (ijson): memory follows the number of memory events, not the
+    size of the JSON.  Each [memory] event is checked as from_chrome_doc
+    checks it."""
+    import ijson
+    from ascmem._tracejson import NestingGuard
+    from ascmem.trace_data import TraceError
+    chunks = iter(chunks)
+    first = next(chunks, b"")
+    head = first.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    found = ijson.sendable_list()
+    coro = ijson.items_coro(found, "item" if head == b"[" else "traceEvents.item", use_float=True)
+    guard = NestingGuard(MAX_DEPTH)
+    cols = _MemoryColumns(name)
+    index = 0
+    try:
+        for chunk in _prepend_chunk(first, chunks):
+            at = guard.feed(chunk)
+            if at >= 0:
+                raise TraceError(f"{name}: not a Chrome trace (nested deeper than {MAX_DEPTH} "
+                                 f"at byte {at:,})")
+            coro.send(chunk)
+            for e in found:
+                if type(e) is dict and e.get("name") == "[memory]":
+                    cols.add(e, index)
+                index += 1
+            del found[:]
+        coro.close()
+        for e in found:
+            if type(e) is dict and e.get("name") == "[memory]":
+                cols.add(e, index)
+            index += 1
+    except TraceError:  # a malformed event or the size cap: already worded
+        raise
+    except (ijson.JSONError, UnicodeDecodeError, ValueError) as exc:
+        # ValueError: an integer of thousands of digits.  The events parsed
+        # before the error count, so that the index is the one it is in.
+        what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceError(f"{name}: not a Chrome trace (invalid JSON at traceEvents"
+                         f"[{index + len(found)}]: {what})") from None
+    return cols.imported(device)
+
+
+def _prepend_chunk(first, chunks):
+    yield first
+    yield from chunks
+
+
+class _MemoryColumns:
+    """The [memory] events of a Chrome trace, as numbers in arrays (a few
+    bytes each, where a dict per event would take hundreds)."""
+
+    def __init__(self, name):
+        from array import array
+        self.name = name
+        self.ts, self.index = array("d"), array("q")
+        self.addr, self.nbytes, self.dev = array("Q"), array("q"), array("H")
+        self.big = {}          # index -> Bytes beyond int64 (kept exact, rare)
+        self.devices = {}      # device name -> its code in dev
+
+    def add(self, e, i):
+        ts, dev, addr, nbytes = _chrome_event(e, self.name, i)
+        code = self.devices.setdefault(dev, len(self.devices))
+        self.ts.append(ts)
+        self.index.append(i)
+        self.addr.append(addr & (U64 - 1))  # negative (signed) addresses stay distinct
+        if -(1 << 63) <= nbytes < 1 << 63:
+            self.nbytes.append(nbytes)
+        else:
+            self.nbytes.append(0)
+            self.big[i] = nbytes
+        self.dev.append(code)
+
+    def imported(self, device):
+        import numpy as np
+        dev = np.frombuffer(self.dev, np.uint16) if len(self.dev) else np.zeros(0, np.uint16)
+        counts = {d: int(np.count_nonzero(dev == c)) for d, c in self.devices.items()}
+        chosen = _pick_device(counts, device, self.name, "the Chrome trace")
+        keep = np.flatnonzero(dev == self.devices[chosen])
+        ts = np.frombuffer(self.ts, np.float64)[keep]
+        index = np.frombuffer(self.index, np.int64)[keep]
+        order = keep[np.lexsort((index, ts))]  # the profiler's order; ties keep file order
+        addr = np.frombuffer(self.addr, np.uint64)[order].tolist()
+        nbytes = np.frombuffer(self.nbytes, np.int64)[order].tolist()
+        where = np.frombuffer(self.index, np.int64)[order].tolist()
+        if self.big:
+            nbytes = [self.big.get(w, b) for w, b in zip(where, nbytes)]
+        events, skipped = _pair(zip(addr, nbytes, [0] * len(addr), where))
+        return ImportedTrace(events, chosen, skipped)
 
 
 def from_chrome_doc(obj, name, device=None):
