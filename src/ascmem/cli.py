@@ -52,11 +52,13 @@ def _load(args):
         return _example(args.example)
     if not args.trace:
         raise _Usage("give a trace file, - for standard input, or --example NAME")
-    if args.trace == "-":
-        data = io.BytesIO(sys.stdin.buffer.read())
-        data.name = "<stdin>"
-        return trace.load(data, device=args.device)
-    return trace.load(args.trace, device=args.device)
+    from ascmem import progress
+    with progress.step("load", unit="B") as watch:
+        if args.trace == "-":
+            data = io.BytesIO(sys.stdin.buffer.read())
+            data.name = "<stdin>"
+            return trace.load(data, device=args.device, progress=watch)
+        return trace.load(args.trace, device=args.device, progress=watch)
 
 
 def _source_notes(t):
@@ -160,16 +162,6 @@ def cmd_info(args):
 
 # ---- replay -------------------------------------------------------------------------------
 
-def _progress_printer():
-    if not sys.stdout.isatty():
-        return None
-
-    def show(i, n):
-        sys.stderr.write(f"\r  replaying {i * 100 // max(n, 1):3d}%")
-        sys.stderr.flush()
-    return show
-
-
 def _no_idle_flags(args, t):
     """A flag that would change nothing in the chosen mode is a usage error."""
     device = args.allocator == "device" and not (args.paged or args.granule)
@@ -192,7 +184,6 @@ def cmd_replay(args):
     if args.plot:
         from ascmem import plot
         plot.require()  # before the replay, not after it
-    progress = _progress_printer()  # a terminal only; it changes nothing computed
     if args.paged or args.granule:
         if args.allocator not in ("device", "pool") or args.capacity:
             raise _Usage("--paged replays through a paged pool, whose range is virtual: no "
@@ -216,13 +207,14 @@ def cmd_replay(args):
         target = tr.make_allocator(args.allocator, cap)
         where = f"{args.allocator} of {_mib(cap)}"
     import warnings
-    with warnings.catch_warnings(record=True) as caught:
+
+    from ascmem import progress
+    with warnings.catch_warnings(record=True) as caught, \
+            progress.step("replay", len(t)) as watch:
         warnings.simplefilter("always", ascmem.PrecautionWarning)
-        report = tr.replay(t, target, progress=progress, snapshot=args.snapshot,
+        report = tr.replay(t, target, progress=watch, snapshot=args.snapshot,
                            curve=bool(args.plot), snapshot_at_peak=args.at_peak,
                            history_limit=args.max_entries)
-    if progress is not None and sys.stdout.isatty():
-        sys.stderr.write("\r" + " " * 24 + "\r")
     if isinstance(target, ascmem.Device):
         from ascmem import raw_cann
         report["device"] = target.budget()
@@ -300,16 +292,19 @@ def cmd_fit(args):
     names = args.allocator or [a for a in tr.ALLOCATORS if a != "tlsf" or tr.tlsf_available()]
     if args.allocator is None and not tr.tlsf_available():
         print("(tlsf skipped: pip install tlsfallocator to compare with it)", file=sys.stderr)
+    from ascmem import progress
     peak = t.peak_live()
     rows, results = [], []
     for name in names:
-        cap = tr.min_capacity(t, name, resolution=args.resolution)
+        with progress.step(f"fit {name}", unit="replays") as watch:
+            cap = tr.min_capacity(t, name, resolution=args.resolution, progress=watch)
         rows.append((name, _mib(cap), f"{peak / cap:.3f}"))
         results.append({"allocator": name, "min_capacity": cap, "efficiency": peak / cap})
     paged = []
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
-        eff, mapped = tr.physical_efficiency(t, g)
+        with progress.step(f"paged {_kib(g)}", len(t)) as watch:
+            eff, mapped = tr.physical_efficiency(t, g, progress=watch)
         # what no placement can beat: the peak's live bytes in whole granules
         bound = peak / (-(-peak // g) * g) if peak else 1.0
         paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff,
@@ -321,6 +316,8 @@ def cmd_fit(args):
     print(f"ascmem fit: {t.name}: peak live {_mib(peak)}; smallest arena that replays the "
           f"whole trace, found by bisection to {args.resolution // 1024} KiB")
     print(_table(rows, ("allocator", "min capacity", "efficiency")))
+    print("(the size of one contiguous arena; `ascmem plan` answers another question: the "
+          "device memory a process holds, in whole pages, beside weights and the runtime)")
     if paged:
         rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
                  f"{p['physical_efficiency']:.3f}", f"{p['bound']:.4f}") for p in paged]
@@ -383,6 +380,8 @@ def build_parser():
         s.add_argument("--device", help="a PyTorch trace's device: cpu, cuda, npu, cuda:1, or a "
                        "snapshot's index (default: the one with the most events)")
         s.add_argument("--example", help="a shipped workload: " + ", ".join(sorted(EXAMPLE_MODELS)))
+        s.add_argument("--quiet", action="store_true", help="no progress bars (they are drawn "
+                       "on a terminal only, with tqdm installed)")
 
     def snapshot_args(s):
         s.add_argument("--at-peak", action="store_true",
@@ -479,6 +478,8 @@ def main(argv=None):
     from ascmem.errors import AscmemError, OutOfMemoryError
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ascmem import progress
+    progress.configure(quiet=getattr(args, "quiet", True))
     try:
         return args.func(args)
     except BrokenPipeError:  # the reader went away (| head): not an error of ours

@@ -59,6 +59,8 @@ def cmd_plan(args):
     print("workload peak per instance: " + ", ".join(
         f"{fp.allocator} {'' if fp.complete else 'over '}{_mib(fp.peak)}" for fp in p.footprints)
         + f" (media {_mib(p.footprints[0].media_peak)})")
+    print("(device memory held at the worst moment, in whole pages of each kind; `ascmem fit` "
+          "answers another question: the smallest contiguous arena)")
     names = [fp.allocator for fp in p.footprints]
     rows, cells = [], {}
     for f in p.fits:

@@ -83,15 +83,16 @@ def example(name):
 MAX_WHOLE_BYTES = 1 << 30
 
 
-def load(path_or_file, device=None, max_bytes=None):
+def load(path_or_file, device=None, max_bytes=None, progress=None):
     """Reads a trace: ascmem's CSV, a PyTorch profiler Chrome trace or a
     PyTorch memory snapshot (told apart by content; gzip allowed; see
     docs/TRACES.md).  device: which device's events of a PyTorch trace
     ("cpu", "cuda", "npu:1", a snapshot's index; default: the one with the
     most).  Anything malformed raises TraceError naming the file and line
     (or event).  A CSV trace streams through the compiled reader
-    (trace_csv); a PyTorch trace is read whole, up to max_bytes once
-    decompressed (default MAX_WHOLE_BYTES)."""
+    (trace_csv); a PyTorch trace is read up to max_bytes once decompressed
+    (default MAX_WHOLE_BYTES), a Chrome trace as it streams when ijson is
+    installed.  progress(bytes read) is called as chunks come."""
     from ascmem import trace_csv
     stream, close, name = _open(path_or_file)
     try:
@@ -108,7 +109,7 @@ def load(path_or_file, device=None, max_bytes=None):
         if not stream.seekable():  # a pipe: kept, so that the csv reader can read it again
             stream = io.BytesIO(stream.read())
         start = stream.tell()
-        chunks = _chunks(stream, name)
+        chunks = _watched(_chunks(stream, name), progress)
         head = next(chunks, b"")
         fmt = _import.detect(head)
         if fmt == "chrome" and _import.streaming():
@@ -146,6 +147,18 @@ def _capped(head, chunks, name, max_bytes):
 
 def _whole_text(head, chunks, name, max_bytes):
     return b"".join(_capped(head, chunks, name, max_bytes))
+
+
+def _watched(chunks, progress):
+    """chunks, telling progress the bytes so far."""
+    if progress is None:
+        yield from chunks
+        return
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        progress(total)
+        yield chunk
 
 
 def _prepend(head, chunks):
@@ -560,7 +573,8 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
 
 
 def fits(trace, allocator, capacity):
-    """True when the whole trace replays with no failure in capacity bytes."""
+    """True when the whole trace replays with no failure in capacity bytes
+    (the replay stops at the first failure)."""
     if callable(allocator) and not isinstance(allocator, str):
         a = allocator(capacity)
     else:
@@ -568,27 +582,37 @@ def fits(trace, allocator, capacity):
     return replay(trace, a, stop_at_failure=True)["failures"] == 0
 
 
-def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
+def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None, progress=None):
     """The smallest capacity (a multiple of resolution) in which the trace
     replays with no failure, by bisection.  allocator: a name, or a callable
-    capacity -> allocator object."""
+    capacity -> allocator object.  progress(replays so far) after each."""
     _bytes(resolution, "resolution")
+    done = 0
+
+    def fits_in(capacity):
+        nonlocal done
+        ok = fits(trace, allocator, capacity)
+        done += 1
+        if progress is not None:
+            progress(done)
+        return ok
+
     peak = _a_trace(trace).peak_live()
     lo = max(resolution, peak // resolution * resolution)  # below peak_live nothing fits
     if hi is None:
         hi = max(lo * 2, resolution)
-        while not fits(trace, allocator, hi):
+        while not fits_in(hi):
             lo, hi = hi, hi * 2
             if hi > 1 << 40:
                 raise OutOfMemoryError("the trace does not fit in 1 TiB")
     # invariant: hi fits; lo may not
     while hi - lo > resolution:
         mid = (lo + hi) // 2 // resolution * resolution
-        if fits(trace, allocator, mid):
+        if fits_in(mid):
             hi = mid
         else:
             lo = mid
-    if fits(trace, allocator, lo):
+    if fits_in(lo):
         return lo
     return hi
 
@@ -603,13 +627,13 @@ def paged_pool(trace, granule=2 << 20, release_threshold=0):
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
 
 
-def physical_efficiency(trace, granule=2 << 20, release_threshold=0):
+def physical_efficiency(trace, granule=2 << 20, release_threshold=0, progress=None):
     """Peak live bytes / peak mapped bytes when a paged Pool with this granule
     replays the trace: how much physical memory a page-mapped pool needs
     against what the trace holds live at its peak.  Returns (efficiency,
     peak mapped bytes)."""
     pool = paged_pool(trace, granule, release_threshold)
-    report = replay(trace, pool)
+    report = replay(trace, pool, progress=progress)
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 
 
