@@ -101,6 +101,15 @@ def test_45_6_malformed_profiler_fields_name_what_and_where(case):
         trace.load(chrome(events))
 
 
+@pytest.mark.parametrize("case", sorted(CHROME_BAD))
+def test_45_6_the_whole_read_checks_them_too(case, monkeypatch):
+    from ascmem import trace_import
+    monkeypatch.setattr(trace_import, "streaming", lambda: False)  # as without ijson
+    events, where = CHROME_BAD[case]
+    with pytest.raises(TraceError, match="p.json: " + where):
+        trace.load(chrome(events))
+
+
 RAW_JSON_BAD = {
     "Infinity": b'{"traceEvents":[{"name":"[memory]","ts":1,"args":{"Addr":1,"Bytes":Infinity}}]}',
     "NaN ts": b'{"traceEvents":[{"name":"[memory]","ts":NaN,"args":{"Addr":1,"Bytes":8}}]}',
@@ -112,8 +121,12 @@ RAW_JSON_BAD = {
 }
 
 
+@pytest.mark.parametrize("streams", [True, False])
 @pytest.mark.parametrize("case", sorted(RAW_JSON_BAD))
-def test_45_6_json_beyond_json_is_a_trace_error(case):
+def test_45_6_json_beyond_json_is_a_trace_error(case, streams, monkeypatch):
+    from ascmem import trace_import
+    if not streams:
+        monkeypatch.setattr(trace_import, "streaming", lambda: False)
     f = io.BytesIO(RAW_JSON_BAD[case])
     f.name = "raw.json"
     with pytest.raises(TraceError, match="raw.json"):
