@@ -311,3 +311,73 @@ def test_47_5_replay_paged_plot_writes_the_mapped_curve(tmp_path):
     r = cli("replay", "--example", "many_small", "--paged", "--plot", str(png))
     assert r.returncode == 0, r.stderr
     assert png.stat().st_size > 10000
+
+
+# ---- mutations: any value in any field loads or is a TraceError ---------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ANY = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(),
+                st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+WHOLE = st.one_of(st.integers(-2**65, 2**65), st.integers(-4096, 4096))
+
+
+def field(good):
+    return st.one_of(good, good, good, ANY)
+
+
+chrome_event = st.fixed_dictionaries({
+    "name": st.sampled_from(["[memory]", "[memory]", "aten::add", 7]),
+    "ts": field(st.floats(0, 1e6, allow_nan=False)),
+    "args": st.one_of(st.fixed_dictionaries({"Addr": field(st.integers(0, 64) .map(lambda a: a * 4096)),
+                                             "Bytes": field(WHOLE),
+                                             "Device Type": field(st.sampled_from([0, 1, 20])),
+                                             "Device Id": field(st.integers(-1, 2))}), ANY)})
+
+snapshot_entry = st.fixed_dictionaries({
+    "action": st.sampled_from(["alloc", "free_requested", "free_completed", "segment_alloc",
+                               "segment_free", "oom", 3]),
+    "addr": field(st.integers(0, 64).map(lambda a: a * 4096)),
+    "size": field(WHOLE), "stream": field(st.integers(0, 3))})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(chrome_event, max_size=12), st.booleans())
+def test_mutated_profiler_traces_load_or_are_trace_errors(events, streams):
+    from ascmem import trace_import
+    real = trace_import.streaming
+    trace_import.streaming = (lambda: streams and real())
+    try:
+        t = trace.load(chrome(events))
+    except TraceError:
+        return
+    finally:
+        trace_import.streaming = real
+    check_loaded(t)
+
+
+def check_loaded(t):
+    """What loaded is a sound trace: each free after its allocation, with its
+    size; a replay of it runs."""
+    live = {}
+    for e in t.events:
+        if e.op == "a":
+            assert e.id not in live and e.size > 0
+            live[e.id] = e.size
+        else:
+            assert live.pop(e.id) == e.size
+    assert t.peak_live() >= 0
+    if all(e.size < 1 << 40 for e in t.events):
+        trace.replay(t, ascmem.Pool(1 << 30, base=1 << 32))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(snapshot_entry, max_size=12))
+def test_mutated_snapshots_load_or_are_trace_errors(entries):
+    try:
+        t = trace.load(snap(entries))
+    except TraceError:
+        return
+    check_loaded(t)
