@@ -31,7 +31,7 @@ def step(desc, total=None, unit="events"):
         yield None
         return
     from tqdm import tqdm
-    bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False,
+    bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=unit != "replays", leave=False,
                file=sys.stderr, mininterval=0.25, dynamic_ncols=True)
 
     def update(done, total=None):
