@@ -94,7 +94,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     for name in allocators:
         if name == "ascmem":
             dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
-            rep = tr.replay(trace, dev, curve=True)
+            rep = tr.replay(trace, dev, curve="used")  # its peak is the curve's
             curve = rep["curve_used"]
             out.append(Footprint(name, max(curve, default=0), media_peak, curve if curves else [],
                                  complete=not rep["failures"]))

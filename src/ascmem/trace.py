@@ -398,7 +398,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     moment, after rounding), failures, first_failure, per-kind peaks,
     operations per second.  progress(i, n) is called now and then; curve:
     record live bytes per kind and the footprint at every event (for plots:
-    curve_live, curve_used).  With a Device, ``snapshot`` (a path) writes
+    curve_live, curve_used; curve="used": the footprint only).  With a Device, ``snapshot`` (a path) writes
     PyTorch's memory-snapshot pickle of the device as the trace ends -- or,
     with snapshot_at_peak, at its peak of live bytes -- with the allocation
     history (the last history_limit entries; default: all, as PyTorch)."""
@@ -476,7 +476,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             from ascmem.snapshot import to_torch
             captured = to_torch(allocator, history, limit=history_limit)
         if curve:
-            curve_live.append(dict(kind_live))
+            if curve != "used":
+                curve_live.append(dict(kind_live))
             if is_device:  # the footprint that counts: pages charged to the device
                 b = allocator.budget()
                 curve_used.append(b["huge_used"] + b["normal_used"])
@@ -500,7 +501,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     if trace.has_streams:  # what each stream holds at its own peak (PyTorch snapshots)
         report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
     if curve:
-        report["curve_live"] = curve_live
+        if curve != "used":
+            report["curve_live"] = curve_live
         report["curve_used"] = curve_used
         report["curve_used_label"] = ("device pages in use" if is_device else
                                       "reserved" if caching else
