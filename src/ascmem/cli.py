@@ -52,11 +52,28 @@ def _load(args):
         return _example(args.example)
     if not args.trace:
         raise _Usage("give a trace file, - for standard input, or --example NAME")
-    if args.trace == "-":
-        data = io.BytesIO(sys.stdin.buffer.read())
-        data.name = "<stdin>"
-        return trace.load(data, device=args.device)
-    return trace.load(args.trace, device=args.device)
+    from ascmem import progress
+    with progress.step("load", unit="B") as watch:
+        if args.trace == "-":
+            data = io.BytesIO(sys.stdin.buffer.read())
+            data.name = "<stdin>"
+            return trace.load(data, device=args.device, progress=watch)
+        return trace.load(args.trace, device=args.device, progress=watch)
+
+
+def _source_notes(t):
+    """Lines about what the import of a PyTorch trace left out (printed by
+    every command's table output; --json has them in "source")."""
+    skipped = t.source.get("skipped_frees")
+    if not skipped:
+        return []
+    return [f"note: {skipped:,} frees of blocks allocated before recording started were "
+            f"skipped (the profile began mid-run; the figures cover what it recorded)"]
+
+
+def _print_notes(t):
+    for line in _source_notes(t):
+        print(line)
 
 
 def _check_mode(model, mode):
@@ -145,16 +162,6 @@ def cmd_info(args):
 
 # ---- replay -------------------------------------------------------------------------------
 
-def _progress_printer():
-    if not sys.stdout.isatty():
-        return None
-
-    def show(i, n):
-        sys.stderr.write(f"\r  replaying {i * 100 // max(n, 1):3d}%")
-        sys.stderr.flush()
-    return show
-
-
 def _no_idle_flags(args, t):
     """A flag that would change nothing in the chosen mode is a usage error."""
     device = args.allocator == "device" and not (args.paged or args.granule)
@@ -177,7 +184,6 @@ def cmd_replay(args):
     if args.plot:
         from ascmem import plot
         plot.require()  # before the replay, not after it
-    progress = _progress_printer()  # a terminal only; it changes nothing computed
     if args.paged or args.granule:
         if args.allocator not in ("device", "pool") or args.capacity:
             raise _Usage("--paged replays through a paged pool, whose range is virtual: no "
@@ -201,13 +207,14 @@ def cmd_replay(args):
         target = tr.make_allocator(args.allocator, cap)
         where = f"{args.allocator} of {_mib(cap)}"
     import warnings
-    with warnings.catch_warnings(record=True) as caught:
+
+    from ascmem import progress
+    with warnings.catch_warnings(record=True) as caught, \
+            progress.step("replay", len(t)) as watch:
         warnings.simplefilter("always", ascmem.PrecautionWarning)
-        report = tr.replay(t, target, progress=progress, snapshot=args.snapshot,
+        report = tr.replay(t, target, progress=watch, snapshot=args.snapshot,
                            curve=bool(args.plot), snapshot_at_peak=args.at_peak,
                            history_limit=args.max_entries)
-    if progress is not None and sys.stdout.isatty():
-        sys.stderr.write("\r" + " " * 24 + "\r")
     if isinstance(target, ascmem.Device):
         from ascmem import raw_cann
         report["device"] = target.budget()
@@ -255,9 +262,10 @@ def cmd_replay(args):
             ("raw CANN peak (whole pages per call)", _mib(report["cann_raw"]["peak"])),
         ]
     print(_table(rows, ("measure", "value")))
+    _print_notes(t)
     if report["first_failure"]:
         f = report["first_failure"]
-        print(f"first failure: event {f['event']} (line {f['line']}), id {f['id']}, "
+        print(f"first failure: event {f['event']} ({f['where']}), id {f['id']}, "
               f"{f['size']:,} bytes {f['kind']}: {f['error']}")
     for w in report.get("precaution_warnings", []):
         print(f"precaution: {w}")
@@ -284,16 +292,19 @@ def cmd_fit(args):
     names = args.allocator or [a for a in tr.ALLOCATORS if a != "tlsf" or tr.tlsf_available()]
     if args.allocator is None and not tr.tlsf_available():
         print("(tlsf skipped: pip install tlsfallocator to compare with it)", file=sys.stderr)
+    from ascmem import progress
     peak = t.peak_live()
     rows, results = [], []
     for name in names:
-        cap = tr.min_capacity(t, name, resolution=args.resolution)
+        with progress.step(f"fit {name}", unit="replays") as watch:
+            cap = tr.min_capacity(t, name, resolution=args.resolution, progress=watch)
         rows.append((name, _mib(cap), f"{peak / cap:.3f}"))
         results.append({"allocator": name, "min_capacity": cap, "efficiency": peak / cap})
     paged = []
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
-        eff, mapped = tr.physical_efficiency(t, g)
+        with progress.step(f"paged {_kib(g)}", len(t)) as watch:
+            eff, mapped = tr.physical_efficiency(t, g, progress=watch)
         # what no placement can beat: the peak's live bytes in whole granules
         bound = peak / (-(-peak // g) * g) if peak else 1.0
         paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff,
@@ -305,12 +316,15 @@ def cmd_fit(args):
     print(f"ascmem fit: {t.name}: peak live {_mib(peak)}; smallest arena that replays the "
           f"whole trace, found by bisection to {args.resolution // 1024} KiB")
     print(_table(rows, ("allocator", "min capacity", "efficiency")))
+    print("(the size of one contiguous arena; `ascmem plan` answers another question: the "
+          "device memory a process holds, in whole pages, beside weights and the runtime)")
     if paged:
         rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
                  f"{p['physical_efficiency']:.3f}", f"{p['bound']:.4f}") for p in paged]
         print("physical: a virtual range mapped in granules only where live bytes are; bound: "
               "peak live over the whole granules it needs, which no placement beats")
         print(_table(rows, ("allocator", "peak mapped", "efficiency", "bound")))
+    _print_notes(t)
     return 0
 
 
@@ -376,6 +390,8 @@ def build_parser():
         s.add_argument("--device", help="a PyTorch trace's device: cpu, cuda, npu, cuda:1, or a "
                        "snapshot's index (default: the one with the most events)")
         s.add_argument("--example", help="a shipped workload: " + ", ".join(sorted(EXAMPLE_MODELS)))
+        s.add_argument("--quiet", action="store_true", help="no progress bars (they are drawn "
+                       "on a terminal only, with tqdm installed)")
 
     def snapshot_args(s):
         s.add_argument("--at-peak", action="store_true",
@@ -431,7 +447,7 @@ def build_parser():
                    "and 64KiB)")
     s.set_defaults(func=cmd_fit)
 
-    cli_plan.add_parser(sub, trace_args, _positive_int)
+    cli_plan.add_parser(sub, trace_args, _bytes_of)
 
     s = sub.add_parser("bench", help="speed and frugality against peers, in one run")
     s.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
@@ -451,11 +467,19 @@ _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 
 
 
 def _positive_int(text):
-    """A positive size with its unit: 300MiB, 64KiB, 1.5 GiB, 2GB, 4096B
-    (KiB, MiB... and K, M... are powers of 1024; kB, MB... powers of 1000; B
-    bytes), or bytes in hexadecimal (0x10000).  A decimal number without a
-    unit is refused: `--weights 300` read as 300 bytes where 300 MiB was
-    meant passes every check silently."""
+    """A positive size with its unit, in _bytes_of's forms."""
+    value = _bytes_of(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {text!r}")
+    return value
+
+
+def _bytes_of(text):
+    """A size >= 0 with its unit: 300MiB, 64KiB, 1.5 GiB, 2GB, 4096B (KiB,
+    MiB... and K, M... are powers of 1024; kB, MB... powers of 1000; B
+    bytes), 0, or bytes in hexadecimal (0x10000).  Any other decimal number
+    without a unit is refused: `--weights 300` read as 300 bytes where 300
+    MiB was meant passes every check silently."""
     m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?|0[xX][0-9a-fA-F_]+)\s*([A-Za-z]*)\s*", text)
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
@@ -466,9 +490,7 @@ def _positive_int(text):
     value = int(number, 16) if number[:2].lower() == "0x" else float(number) if "." in number \
         else int(number)
     value = int(value * _UNITS[unit])
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {text!r}")
-    if not unit and number[:2].lower() != "0x":
+    if value and not unit and number[:2].lower() != "0x":
         raise argparse.ArgumentTypeError(
             f"{text!r} has no unit: write {number.strip()}MiB for mebibytes (or {number.strip()}B "
             f"if bytes are meant; KiB, GiB, ... work too)")
@@ -507,6 +529,8 @@ def main(argv=None):
         parser.print_help()
         return 0
     args = parser.parse_args(_negative_sizes_as_values(parser, argv))
+    from ascmem import progress
+    progress.configure(quiet=getattr(args, "quiet", True))
     try:
         return args.func(args)
     except BrokenPipeError:  # the reader went away (| head): not an error of ours

@@ -5,12 +5,12 @@ per allocator."""
 import argparse
 
 
-def add_parser(sub, trace_args, positive_int):
+def add_parser(sub, trace_args, size):
+    """size: the parser of a number of bytes >= 0 (cli._bytes_of)."""
     from ascmem import planner
     s = sub.add_parser("plan", help="will a workload fit on each product, with what headroom, "
                        "per allocator (ascmem, torch_npu caching and expandable segments, cann-raw)")
     trace_args(s)
-    size = _size(positive_int)
     s.add_argument("--weights", type=size, default=0, help="model weights per instance (300MiB...)")
     s.add_argument("--instances", type=count, default=1,
                    help="processes sharing a card, each running the workload (default: 1)")
@@ -24,12 +24,6 @@ def add_parser(sub, trace_args, positive_int):
     s.add_argument("--json", action="store_true", help="one JSON document (docs/CLI_JSON.md)")
     s.add_argument("--plot", metavar="PNG", help="memory over time per allocator (matplotlib)")
     s.set_defaults(func=cmd_plan)
-
-
-def _size(positive_int):
-    def size(text):
-        return 0 if text.strip() in ("0", "0B") else positive_int(text)
-    return size
 
 
 def count(text):
@@ -46,7 +40,7 @@ def count(text):
 def cmd_plan(args):
     import dataclasses
     from ascmem import planner
-    from ascmem.cli import _json, _load, _mib, _table
+    from ascmem.cli import _json, _load, _mib, _print_notes, _table
     if args.plot:
         from ascmem import plot
         plot.require()
@@ -68,8 +62,10 @@ def cmd_plan(args):
           f"each with weights {_mib(p.weights)}, media {_mib(p.dvpp)}, headroom "
           f"{_mib(p.headroom)}")
     print("workload peak per instance: " + ", ".join(
-        f"{fp.allocator} {_mib(fp.peak)}" for fp in p.footprints)
+        f"{fp.allocator} {'' if fp.complete else 'over '}{_mib(fp.peak)}" for fp in p.footprints)
         + f" (media {_mib(p.footprints[0].media_peak)})")
+    print("(device memory held at the worst moment, in whole pages of each kind; `ascmem fit` "
+          "answers another question: the smallest contiguous arena)")
     names = [fp.allocator for fp in p.footprints]
     rows, cells = [], {}
     for f in p.fits:
@@ -85,6 +81,7 @@ def cmd_plan(args):
     print(_table(rows, ["product, mode", "memory", "first job"] + names))
     for name in names:
         print(f"smallest card that fits with {name}: {p.smallest[name] or 'none'}")
+    _print_notes(t)
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0 if any(p.smallest.values()) else 1
@@ -94,4 +91,6 @@ def _cell(f, mib):
     if f.fits:
         return f"fits, {mib(f.headroom)} free"
     short = mib(-f.headroom) if f.headroom < 0 else "0 B"
+    if f.limit.startswith("workload over"):
+        return f"no: {f.limit}"
     return f"no: {f.limit}" + (f", {short} short" if f.limit == "device memory" else "")

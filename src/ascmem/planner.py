@@ -43,10 +43,19 @@ REFERENCE_MEMORY = 120 << 30  # room for any workload a card could take: the fit
 class Footprint:
     """What the workload itself needs under one allocator."""
     allocator: str
-    peak: int                 # device bytes at the worst moment
+    peak: int                 # device bytes at the worst moment (a lower bound if not complete)
     media_peak: int           # of which media (DVPP) memory
     curve: list = dataclasses.field(default_factory=list, repr=False)  # bytes after each event
     complete: bool = True     # False: more than the reference device holds, so no card
+
+
+def _bounded(fp, peak_live):
+    """fp, its peak raised to what is known when the replay did not finish:
+    the workload needs at least its peak live bytes, and more than the
+    reference device held (the failed replay's own peak means nothing)."""
+    if not fp.complete:
+        fp.peak = max(fp.peak, peak_live, REFERENCE_MEMORY)
+    return fp
 
 
 @dataclasses.dataclass
@@ -91,7 +100,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     for name in allocators:
         if name == "ascmem":
             dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
-            rep = tr.replay(trace, dev, curve=True)
+            rep = tr.replay(trace, dev, curve="used")  # its peak is the curve's
             curve = rep["curve_used"]
             out.append(Footprint(name, max(curve, default=0), media_peak, curve if curves else [],
                                  complete=not rep["failures"]))
@@ -140,7 +149,9 @@ def plan(trace, weights=0, instances=1, headroom=0, dvpp=0, models=None,
             raise InvalidArgumentError(f"{name} must be a number of bytes >= 0, not {value!r}")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise InvalidArgumentError(f"instances must be an int >= 1, not {instances!r}")
-    prints = footprints(trace, allocators, curves)
+    prints = footprints(trace, allocators, curves)  # checks that trace is one
+    peak_live = trace.peak_live()
+    prints = [_bounded(fp, peak_live) for fp in prints]
     fits = []
     for model in models or profiles.names():
         prof = profiles.get(model)
@@ -165,5 +176,5 @@ def plan(trace, weights=0, instances=1, headroom=0, dvpp=0, models=None,
         good = [f for f in fits if f.allocator == fp.allocator and f.fits]
         best = min(good, key=lambda f: (f.memory, f.model, f.mode), default=None)
         smallest[fp.allocator] = f"{best.model} {best.mode}" if best else None
-    return Plan(trace.name, trace.peak_live(), weights, instances, headroom, dvpp, prints, fits,
+    return Plan(trace.name, peak_live, weights, instances, headroom, dvpp, prints, fits,
                 smallest)

@@ -51,9 +51,14 @@ def peak(trace, device, curve=False):
     rc_host = device.mode == "RC"
     live, held, kind_held, kind_peak, top = {}, 0, {}, {}, 0
     points = [] if curve else None
+    routed = {}  # (size, kind, policy) -> pages_of: the route depends on nothing else
     for is_alloc, ident, size, kind_name, policy in trace.rows():
         if is_alloc:
-            kind, nbytes = pages_of(device, size, kind_name, policy)
+            key = (size, kind_name, policy)
+            got = routed.get(key)
+            if got is None:
+                got = routed[key] = pages_of(device, size, kind_name, policy)
+            kind, nbytes = got
             live[ident] = (kind, nbytes)
         else:
             entry = live.pop(ident, None)

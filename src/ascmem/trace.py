@@ -77,13 +77,22 @@ def example(name):
     return load(data)
 
 
-def load(path_or_file, device=None):
+# A PyTorch trace is read whole before it is parsed: a file (or a gzip
+# member that inflates) beyond this is refused rather than read until memory
+# runs out.  1 GiB holds some three million profiler memory events.
+MAX_WHOLE_BYTES = 1 << 30
+
+
+def load(path_or_file, device=None, max_bytes=None, progress=None):
     """Reads a trace: ascmem's CSV, a PyTorch profiler Chrome trace or a
     PyTorch memory snapshot (told apart by content; gzip allowed; see
     docs/TRACES.md).  device: which device's events of a PyTorch trace
     ("cpu", "cuda", "npu:1", a snapshot's index; default: the one with the
-    most).  Anything malformed raises TraceError naming the file and line.
-    A CSV trace streams through the compiled reader (trace_csv)."""
+    most).  Anything malformed raises TraceError naming the file and line
+    (or event).  A CSV trace streams through the compiled reader
+    (trace_csv); a PyTorch trace is read up to max_bytes once decompressed
+    (default MAX_WHOLE_BYTES), a Chrome trace as it streams when ijson is
+    installed.  progress(bytes read) is called as chunks come."""
     from ascmem import trace_csv
     stream, close, name = _open(path_or_file)
     try:
@@ -100,11 +109,18 @@ def load(path_or_file, device=None):
         if not stream.seekable():  # a pipe: kept, so that the csv reader can read it again
             stream = io.BytesIO(stream.read())
         start = stream.tell()
-        chunks = _chunks(stream, name)
+        chunks = _watched(_chunks(stream, name), progress)
         head = next(chunks, b"")
         fmt = _import.detect(head)
+        if fmt == "chrome" and _import.streaming():
+            try:
+                got = _import.from_chrome_chunks(_capped(head, chunks, name, max_bytes), name,
+                                                 device)
+            except InvalidArgumentError as exc:
+                raise TraceError(str(exc)) from None
+            return _imported(got, name, fmt)
         if fmt != "csv":
-            return _load_torch(head + b"".join(chunks), name, fmt, device)
+            return _load_torch(_whole_text(head, chunks, name, max_bytes), name, fmt, device)
         columns = trace_csv.read_columns(_prepend(head, chunks), name)
         if columns is not None:
             return _named(Trace(columns=columns), name)
@@ -114,6 +130,35 @@ def load(path_or_file, device=None):
     finally:
         if close:
             stream.close()
+
+
+def _capped(head, chunks, name, max_bytes):
+    """The decompressed chunks, refused past max_bytes as they come (a small
+    gzip can inflate to gigabytes)."""
+    limit = MAX_WHOLE_BYTES if max_bytes is None else max_bytes
+    total = 0
+    for chunk in _prepend(head, chunks):
+        total += len(chunk)
+        if total > limit:
+            raise TraceError(f"{name}: inflates to more than {limit:,} bytes, the most a PyTorch "
+                             f"trace is read to (trace.load(..., max_bytes=N) reads more)")
+        yield chunk
+
+
+def _whole_text(head, chunks, name, max_bytes):
+    return b"".join(_capped(head, chunks, name, max_bytes))
+
+
+def _watched(chunks, progress):
+    """chunks, telling progress the bytes so far."""
+    if progress is None:
+        yield from chunks
+        return
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        progress(total)
+        yield chunk
 
 
 def _prepend(head, chunks):
@@ -131,9 +176,13 @@ def _load_torch(data, name, fmt, device):
         got = (_import.from_chrome if fmt == "chrome" else _import.from_snapshot)(data, name, device)
     except InvalidArgumentError as exc:
         raise TraceError(str(exc)) from None
-    events = [Event(op, i, size, line=n + 1, stream=stream)
-              for n, (op, i, size, stream) in enumerate(got.events)]
-    trace = Trace(events, name=_base_name(name))
+    return _imported(got, name, fmt)
+
+
+def _imported(got, name, fmt):
+    """The Trace of an importer's ImportedTrace."""
+    trace = Trace(columns=got.events.columns(), name=_base_name(name))
+    trace.origin = "traceEvents" if fmt == "chrome" else f"device_traces[{got.device.split(':')[1]}]"
     trace.source = {"format": fmt, "device": got.device, "skipped_frees": got.skipped_frees,
                     "reserved_peak": got.reserved_peak}
     return trace
@@ -359,7 +408,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     moment, after rounding), failures, first_failure, per-kind peaks,
     operations per second.  progress(i, n) is called now and then; curve:
     record live bytes per kind and the footprint at every event (for plots:
-    curve_live, curve_used).  With a Device, ``snapshot`` (a path) writes
+    curve_live, curve_used; curve="used": the footprint only).  With a Device, ``snapshot`` (a path) writes
     PyTorch's memory-snapshot pickle of the device as the trace ends -- or,
     with snapshot_at_peak, at its peak of live bytes -- with the allocation
     history (the last history_limit entries; default: all, as PyTorch)."""
@@ -374,7 +423,10 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         raise ArgumentTypeError(f"replay needs an allocator name, a Device or an object with "
                                 f"alloc and free, not {type(allocator).__name__}")
     is_device = isinstance(allocator, ascmem.Device)
+    if _compiled(trace, allocator, curve, snapshot):
+        return _replay_compiled(trace, allocator, stop_at_failure, progress)
     caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
+    paged = isinstance(allocator, ascmem.Pool) and bool(allocator.granule)  # its curve: mapped
     usable = getattr(allocator, "usable_size", None)
     live, sizes_used = {}, {}
     live_bytes = used_bytes = peak_live = peak_used = 0
@@ -400,7 +452,8 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             except OutOfMemoryError as exc:
                 failures += 1
                 if first_failure is None:
-                    first_failure = {"event": i, "line": trace.line_of(i), "id": ident,
+                    first_failure = {"event": i, "line": trace.line_of(i),
+                                     "where": trace.where(i), "id": ident,
                                      "size": size, "kind": kind, "error": str(exc)}
                 if stop_at_failure:
                     break
@@ -433,12 +486,15 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
             from ascmem.snapshot import to_torch
             captured = to_torch(allocator, history, limit=history_limit)
         if curve:
-            curve_live.append(dict(kind_live))
+            if curve != "used":
+                curve_live.append(dict(kind_live))
             if is_device:  # the footprint that counts: pages charged to the device
                 b = allocator.budget()
                 curve_used.append(b["huge_used"] + b["normal_used"])
             elif caching:
                 curve_used.append(allocator.reserved)
+            elif paged:
+                curve_used.append(allocator.stats()["mapped"])
             else:
                 curve_used.append(used_bytes)
         if progress is not None and i % 4096 == 0:
@@ -455,10 +511,12 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     if trace.has_streams:  # what each stream holds at its own peak (PyTorch snapshots)
         report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
     if curve:
-        report["curve_live"] = curve_live
+        if curve != "used":
+            report["curve_live"] = curve_live
         report["curve_used"] = curve_used
         report["curve_used_label"] = ("device pages in use" if is_device else
-                                      "reserved" if caching else "held after rounding")
+                                      "reserved" if caching else
+                                      "mapped" if paged else "held after rounding")
     if snapshot:
         from ascmem.snapshot import save_torch, to_torch
         if captured is None:
@@ -468,7 +526,7 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
         report["snapshot_event"] = peak_at if peak_at is not None else len(trace) - 1
     if caching:  # a caching allocator: what it took from the device
         report["peak_reserved"] = allocator.peak_reserved
-    if isinstance(allocator, ascmem.Pool) and allocator.granule:  # paged: the physical side
+    if paged:  # the physical side
         stats = allocator.stats()
         report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
                       map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
@@ -482,8 +540,53 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     return report
 
 
+def _compiled(trace, allocator, curve, snapshot):
+    """Whether replay() can play trace through allocator in compiled code
+    (ascmem._core.replay_columns): a Pool or a BuddyAllocator, no curve or
+    snapshot, ids that are int64."""
+    from ascmem._core import BuddyAllocator, Pool
+    return type(allocator) in (Pool, BuddyAllocator) and not curve and not snapshot \
+        and trace.columns.ids.dtype == "int64"
+
+
+def _replay_compiled(trace, allocator, stop_at_failure, progress):
+    """replay()'s report, from the compiled loop: the same figures as the
+    loop in Python (tests/test_trace_scale.py compares them)."""
+    from ascmem._core import replay_columns
+    from ascmem.trace_data import KIND_NAMES
+    c = trace.columns
+    t0 = time.perf_counter()
+    got = replay_columns(allocator, c.alloc, trace.slots(), c.size, c.kind,
+                         stop_at_failure=stop_at_failure, progress=progress)
+    elapsed = time.perf_counter() - t0
+    first = None
+    if got["first_failure"] >= 0:
+        i = got["first_failure"]
+        first = {"event": i, "line": trace.line_of(i), "where": trace.where(i),
+                 "id": int(c.ids[i]), "size": int(c.size[i]), "kind": KIND_NAMES[c.kind[i]],
+                 "error": str(got["first_error"])}
+    report = {
+        "trace": trace.name, "events": len(trace), "allocations": trace.allocations,
+        "peak_live": got["peak_live"], "peak_used": got["peak_used"],
+        "failures": got["failures"], "first_failure": first,
+        "ops_per_sec": len(trace) / elapsed if elapsed else 0.0, "seconds": elapsed,
+    }
+    if trace.has_kinds:
+        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"].items()}
+    if trace.has_streams:
+        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
+    if getattr(allocator, "granule", 0):  # a paged pool: the physical side
+        stats = got["stats"]
+        report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
+                      map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
+                      physical_efficiency=got["peak_live"] / stats["peak_mapped"]
+                      if stats["peak_mapped"] else 0.0)
+    return report
+
+
 def fits(trace, allocator, capacity):
-    """True when the whole trace replays with no failure in capacity bytes."""
+    """True when the whole trace replays with no failure in capacity bytes
+    (the replay stops at the first failure)."""
     if callable(allocator) and not isinstance(allocator, str):
         a = allocator(capacity)
     else:
@@ -491,27 +594,37 @@ def fits(trace, allocator, capacity):
     return replay(trace, a, stop_at_failure=True)["failures"] == 0
 
 
-def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None):
+def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None, progress=None):
     """The smallest capacity (a multiple of resolution) in which the trace
     replays with no failure, by bisection.  allocator: a name, or a callable
-    capacity -> allocator object."""
+    capacity -> allocator object.  progress(replays so far) after each."""
     _bytes(resolution, "resolution")
+    done = 0
+
+    def fits_in(capacity):
+        nonlocal done
+        ok = fits(trace, allocator, capacity)
+        done += 1
+        if progress is not None:
+            progress(done)
+        return ok
+
     peak = _a_trace(trace).peak_live()
     lo = max(resolution, peak // resolution * resolution)  # below peak_live nothing fits
     if hi is None:
         hi = max(lo * 2, resolution)
-        while not fits(trace, allocator, hi):
+        while not fits_in(hi):
             lo, hi = hi, hi * 2
             if hi > 1 << 40:
                 raise OutOfMemoryError("the trace does not fit in 1 TiB")
     # invariant: hi fits; lo may not
     while hi - lo > resolution:
         mid = (lo + hi) // 2 // resolution * resolution
-        if fits(trace, allocator, mid):
+        if fits_in(mid):
             hi = mid
         else:
             lo = mid
-    if fits(trace, allocator, lo):
+    if fits_in(lo):
         return lo
     return hi
 
@@ -527,13 +640,14 @@ def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None):
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
 
 
-def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=None):
+def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=None,
+                        progress=None):
     """Peak live bytes / peak mapped bytes when a paged Pool with this granule
     (and virtual range, see paged_pool) replays the trace: how much physical
     memory a page-mapped pool needs against what the trace holds live at its
     peak.  Returns (efficiency, peak mapped bytes)."""
     pool = paged_pool(trace, granule, release_threshold, range_size)
-    report = replay(trace, pool)
+    report = replay(trace, pool, progress=progress)
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 
 

@@ -26,6 +26,10 @@ from ascmem.trace_data import KINDS, Columns, Event, Trace, TraceError
 
 CHUNK = 8 << 20   # compressed or plain bytes read at a time
 BLOCK = 1 << 20   # rows the fast path fills before starting another block
+# No line of a trace is longer (one has at most 32 short fields): a line
+# that does not end by then is refused at once, rather than carried from
+# chunk to chunk and scanned again with each.
+MAX_LINE = 1 << 20
 
 
 # ---- the fast path ------------------------------------------------------------------
@@ -40,6 +44,7 @@ def read_columns(chunks, name):
         buf += chunk
         if b"\n" in buf:
             break
+        _check_line(buf, 1, name)
     head, sep, buf = buf.partition(b"\n")
     try:
         header = next(csv.reader([head.decode("utf-8-sig").rstrip("\r")]), [])
@@ -71,7 +76,10 @@ def read_columns(chunks, name):
                 blocks.append(out)
                 out, n = _empty(BLOCK, stream_col >= 0), 0
                 continue
-            return None if status == _tracecsv.OTHER else data[pos:]
+            if status == _tracecsv.OTHER:
+                return None
+            _check_line(view[pos:], line, name)
+            return data[pos:]
 
     buf = feed(buf)  # what came with the header
     for chunk in chunks:
@@ -102,6 +110,13 @@ def read_columns(chunks, name):
         return None
     return Columns(op, ids, size, kind, policy, lines, stream if stream_col >= 0 and
                    bool(stream.any()) else None)
+
+
+def _check_line(partial, line, name):
+    """Refuses a line that has not ended within MAX_LINE bytes."""
+    if len(partial) > MAX_LINE:
+        raise TraceError(f"{name}:{line}: a line longer than {MAX_LINE:,} bytes (a trace's lines "
+                         f"are short; is this a CSV trace?)")
 
 
 def _give_back():
@@ -252,9 +267,13 @@ def chunks_of(stream, first=b""):
                 raise EOFError("the gzip stream ends before its end marker")
             return
         out = inflate.decompress(data, CHUNK)
-        while out:
+        while out and not inflate.eof:  # output beyond CHUNK waits in zlib
             yield out
             out = inflate.decompress(inflate.unconsumed_tail, CHUNK)
+        if out:
+            yield out
+        # never call an ended member's decompress again: each such call appends
+        # the input it is given to unused_data, which then doubles per member
         if inflate.eof:  # another gzip member may follow, in what is left or still unread
             rest = inflate.unused_data or stream.read(CHUNK)
             while rest and not rest.strip(b"\x00"):  # zero padding after the last member
@@ -264,7 +283,7 @@ def chunks_of(stream, first=b""):
             inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             data = rest
             continue
-        data = stream.read(CHUNK)
+        data = inflate.unconsumed_tail or stream.read(CHUNK)
 
 
 # ---- writing --------------------------------------------------------------------------------

@@ -74,6 +74,10 @@ class Trace:
         self.has_kinds = bool(c.kind.any())
         self.has_policies = bool(c.policy.any())
         self.has_streams = c.stream is not None
+        # what the line column holds: None, file lines (a CSV trace); else the
+        # list whose indexes it holds ("traceEvents", "device_traces[0]")
+        self.origin = None
+        self._slots = None  # slots(), made on first use
 
     def __len__(self):
         return len(self.columns.alloc)
@@ -86,9 +90,28 @@ class Trace:
     def allocations(self):
         return int(np.count_nonzero(self.columns.alloc))
 
+    def slots(self):
+        """Each event's slot: its allocation's ordinal (ascmem._core.replay_slots),
+        made once; the compiled replays keep live blocks in an array by it."""
+        if self._slots is None:
+            from ascmem._core import replay_slots
+            self._slots = replay_slots(self.columns.alloc, self.columns.ids)
+        return self._slots
+
     def line_of(self, i):
+        """The file line of event i (a CSV trace); None for a PyTorch trace."""
+        if self.origin is not None:
+            return None
         line = self.columns.line
         return int(line[i]) if line is not None else i + 2
+
+    def where(self, i):
+        """Where event i came from, in words: "line 370" of a CSV file,
+        "traceEvents[1234]" of a Chrome trace, "device_traces[0][55]" of a
+        memory snapshot."""
+        if self.origin is None:
+            return f"line {self.line_of(i)}"
+        return f"{self.origin}[{int(self.columns.line[i])}]"
 
     def rows(self):
         """(alloc, id, size, kind name, policy) of every event, in order, as

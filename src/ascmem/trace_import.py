@@ -19,6 +19,7 @@ containers and numbers, so a snapshot from elsewhere cannot run code.
 
 import io
 import json
+import math
 import pickle
 
 from ascmem.errors import InvalidArgumentError
@@ -32,10 +33,29 @@ class ImportedTrace:
     what it had to leave out."""
 
     def __init__(self, events, device, skipped_frees=0, reserved_peak=None):
-        self.events = events              # [(op, id, size)]
+        self.events = events              # _Paired: the event columns, where indexes the source
         self.device = device              # "cpu", "cuda:0", ...
         self.skipped_frees = skipped_frees
         self.reserved_peak = reserved_peak
+
+
+def _malformed(where, what):
+    from ascmem.trace_data import TraceError
+    return TraceError(f"{where}: {what}")
+
+
+def _whole(value, field, where, lo, hi):
+    """value, if it is an int (not a bool, not a string, not a float) in
+    [lo, hi); else a TraceError naming the field and where it is."""
+    if type(value) is not int:
+        raise _malformed(where, f"{field} {value!r:.60} is not a whole number "
+                                f"({type(value).__name__})")
+    if not lo <= value < hi:
+        raise _malformed(where, f"{field} {value} is out of range ({lo} to {hi - 1})")
+    return value
+
+
+U64 = 1 << 64
 
 
 def detect(data):
@@ -69,34 +89,227 @@ def _pick_device(counts, device, name, what):
                                f"{', '.join(f'{d} ({n} events)' for d, n in sorted(counts.items()))}")
 
 
+class _Paired:
+    """Events as lists, one per column: alloc (1/0), id, size, stream, and
+    where (the index of the source entry each came from)."""
+
+    def __init__(self):
+        self.alloc, self.ids, self.size, self.stream, self.where = [], [], [], [], []
+
+    def add(self, is_alloc, ident, size, stream, where):
+        self.alloc.append(is_alloc)
+        self.ids.append(ident)
+        self.size.append(size)
+        self.stream.append(stream)
+        self.where.append(where)
+
+    def __len__(self):
+        return len(self.alloc)
+
+    def columns(self):
+        """ascmem.trace_data.Columns of the events."""
+        import numpy as np
+        from ascmem.trace_data import Columns
+        n = len(self.alloc)
+        stream = np.array(self.stream, np.int64)
+        return Columns(np.array(self.alloc, np.uint8), np.array(self.ids, np.int64),
+                       np.array(self.size, np.uint64), np.zeros(n, np.uint8),
+                       np.zeros(n, np.uint32), np.array(self.where, np.int64),
+                       stream if stream.any() else None)
+
+
 def _pair(steps):
-    """Pairs (addr, delta[, stream]) steps by address into ascmem events
-    (op, id, size, stream); a free carries its allocation's stream."""
-    live, events, next_id, skipped = {}, [], 0, 0
-    for step in steps:
-        addr, delta = step[0], step[1]
-        stream = step[2] if len(step) > 2 else 0
+    """Pairs (addr, delta, stream, where) steps by address into ascmem events
+    (a _Paired); a free carries its allocation's stream."""
+    live, out, next_id, skipped = {}, _Paired(), 0, 0
+    add = out.add
+    for addr, delta, stream, where in steps:
         if delta > 0:
             if addr in live:  # the profiler missed a free: the old block ends here
                 old_id, old_size, old_stream = live.pop(addr)
-                events.append(("f", old_id, old_size, old_stream))
+                add(0, old_id, old_size, old_stream, where)
             live[addr] = (next_id, delta, stream)
-            events.append(("a", next_id, delta, stream))
+            add(1, next_id, delta, stream, where)
             next_id += 1
         elif delta < 0:
             block = live.pop(addr, None)
             if block is None:
                 skipped += 1  # allocated before recording started
                 continue
-            events.append(("f",) + block)
-    return events, skipped
+            add(0, block[0], block[1], block[2], where)
+    return out, skipped
+
+
+def _reject_constant(word):
+    raise ValueError(f"{word} is not a JSON number")
+
+
+def parse_json(data, name):
+    """The document in a Chrome trace's bytes; anything JSON does not allow
+    (Infinity, NaN, integers of thousands of digits, nesting deeper than the
+    parser goes) is a TraceError."""
+    from ascmem.trace_data import TraceError
+    try:
+        return json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{name}: not a Chrome trace (not UTF-8: {exc.reason} at byte "
+                         f"{exc.start})") from None
+    except ValueError as exc:  # JSONDecodeError, a constant, too many digits
+        raise TraceError(f"{name}: not a Chrome trace (invalid JSON: {exc})") from None
+    except RecursionError:
+        raise TraceError(f"{name}: not a Chrome trace (nested deeper than the JSON "
+                         f"reader goes)") from None
+
+
+_DEVICE_NAMES = {}  # (type, id) -> name, made once each
+
+
+def _chrome_event(e, name, i):
+    """(ts, device, addr, bytes) of a [memory] event, each field checked:
+    the common case in one test, anything else by _chrome_event_checked,
+    which says what is wrong."""
+    args = e.get("args")
+    if type(args) is dict:
+        ts, addr, nbytes = e.get("ts", 0), args.get("Addr"), args.get("Bytes")
+        dtype, did = args.get("Device Type", 0), args.get("Device Id", -1)
+        if type(addr) is int and type(nbytes) is int and type(dtype) is int and \
+                type(did) is int and (type(ts) is float or type(ts) is int) and \
+                ts - ts == 0 and -(1 << 63) <= addr < U64 and -U64 < nbytes < U64 and \
+                0 <= dtype < 1 << 31 and -1 <= did < 1 << 31:  # ts - ts: NaN for inf and NaN
+            dev = _DEVICE_NAMES.get((dtype, did))
+            if dev is None:
+                dev = _DEVICE_NAMES[(dtype, did)] = _device_name(dtype, did)
+            return ts, dev, addr, nbytes
+    return _chrome_event_checked(e, name, i)
+
+
+def _chrome_event_checked(e, name, i):
+    where = f"{name}: traceEvents[{i}]"
+    args = e.get("args")
+    if not isinstance(args, dict) or "Addr" not in args or "Bytes" not in args:
+        raise _malformed(where, "a [memory] event without Addr and Bytes")
+    ts = e.get("ts", 0)
+    if type(ts) not in (int, float) or not math.isfinite(ts):
+        raise _malformed(where, f"ts {ts!r:.60} is not a finite number")
+    addr = _whole(args["Addr"], "Addr", where, -(1 << 63), U64)
+    nbytes = _whole(args["Bytes"], "Bytes", where, 1 - U64, U64)
+    dtype = _whole(args.get("Device Type", 0), "Device Type", where, 0, 1 << 31)
+    did = _whole(args.get("Device Id", -1), "Device Id", where, -1, 1 << 31)
+    return ts, _device_name(dtype, did), addr, nbytes
 
 
 def from_chrome(data, name, device=None):
+    return from_chrome_doc(parse_json(data, name), name, device)
+
+
+# A Chrome trace nests four deep (the document, traceEvents, an event, its
+# args); the streaming parser is refused anything past this before it sees it.
+MAX_DEPTH = 64
+
+
+def streaming():
+    """Whether Chrome traces stream (ijson, with its C backend, installed)."""
     try:
-        obj = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidArgumentError(f"{name}: not a Chrome trace (invalid JSON: {exc})") from None
+        import ijson  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def from_chrome_chunks(chunks, name, device=None):
+    """An ImportedTrace from a Chrome trace's decompressed chunks, parsed as
+    they come (ijson): memory follows the number of memory events, not the
+    size of the JSON.  Each [memory] event is checked as from_chrome_doc
+    checks it."""
+    import ijson
+    from ascmem._tracejson import NestingGuard
+    from ascmem.trace_data import TraceError
+    chunks = iter(chunks)
+    first = next(chunks, b"")
+    head = first.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    found = ijson.sendable_list()
+    coro = ijson.items_coro(found, "item" if head == b"[" else "traceEvents.item", use_float=True)
+    guard = NestingGuard(MAX_DEPTH)
+    cols = _MemoryColumns(name)
+    index = 0
+    try:
+        for chunk in _prepend_chunk(first, chunks):
+            at = guard.feed(chunk)
+            if at >= 0:
+                raise TraceError(f"{name}: not a Chrome trace (nested deeper than {MAX_DEPTH} "
+                                 f"at byte {at:,})")
+            coro.send(chunk)
+            for e in found:
+                if type(e) is dict and e.get("name") == "[memory]":
+                    cols.add(e, index)
+                index += 1
+            del found[:]
+        coro.close()
+        for e in found:
+            if type(e) is dict and e.get("name") == "[memory]":
+                cols.add(e, index)
+            index += 1
+    except TraceError:  # a malformed event or the size cap: already worded
+        raise
+    except (ijson.JSONError, UnicodeDecodeError, ValueError) as exc:
+        # ValueError: an integer of thousands of digits.  The events parsed
+        # before the error count, so that the index is the one it is in.
+        what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceError(f"{name}: not a Chrome trace (invalid JSON at traceEvents"
+                         f"[{index + len(found)}]: {what})") from None
+    return cols.imported(device)
+
+
+def _prepend_chunk(first, chunks):
+    yield first
+    yield from chunks
+
+
+class _MemoryColumns:
+    """The [memory] events of a Chrome trace, as numbers in arrays (a few
+    bytes each, where a dict per event would take hundreds)."""
+
+    def __init__(self, name):
+        from array import array
+        self.name = name
+        self.ts, self.index = array("d"), array("q")
+        self.addr, self.nbytes, self.dev = array("Q"), array("q"), array("H")
+        self.big = {}          # index -> Bytes beyond int64 (kept exact, rare)
+        self.devices = {}      # device name -> its code in dev
+
+    def add(self, e, i):
+        ts, dev, addr, nbytes = _chrome_event(e, self.name, i)
+        code = self.devices.setdefault(dev, len(self.devices))
+        self.ts.append(ts)
+        self.index.append(i)
+        self.addr.append(addr & (U64 - 1))  # negative (signed) addresses stay distinct
+        if -(1 << 63) <= nbytes < 1 << 63:
+            self.nbytes.append(nbytes)
+        else:
+            self.nbytes.append(0)
+            self.big[i] = nbytes
+        self.dev.append(code)
+
+    def imported(self, device):
+        import numpy as np
+        dev = np.frombuffer(self.dev, np.uint16) if len(self.dev) else np.zeros(0, np.uint16)
+        counts = {d: int(np.count_nonzero(dev == c)) for d, c in self.devices.items()}
+        chosen = _pick_device(counts, device, self.name, "the Chrome trace")
+        keep = np.flatnonzero(dev == self.devices[chosen])
+        ts = np.frombuffer(self.ts, np.float64)[keep]
+        index = np.frombuffer(self.index, np.int64)[keep]
+        order = keep[np.lexsort((index, ts))]  # the profiler's order; ties keep file order
+        addr = np.frombuffer(self.addr, np.uint64)[order].tolist()
+        nbytes = np.frombuffer(self.nbytes, np.int64)[order].tolist()
+        where = np.frombuffer(self.index, np.int64)[order].tolist()
+        if self.big:
+            nbytes = [self.big.get(w, b) for w, b in zip(where, nbytes)]
+        events, skipped = _pair(zip(addr, nbytes, [0] * len(addr), where))
+        return ImportedTrace(events, chosen, skipped)
+
+
+def from_chrome_doc(obj, name, device=None):
+    """An ImportedTrace from a parsed Chrome trace."""
     events = obj.get("traceEvents") if isinstance(obj, dict) else obj
     if not isinstance(events, list):
         raise InvalidArgumentError(f"{name}: not a Chrome trace (no traceEvents list)")
@@ -104,27 +317,21 @@ def from_chrome(data, name, device=None):
     for i, e in enumerate(events):
         if not isinstance(e, dict) or e.get("name") != "[memory]":
             continue
-        args = e.get("args") or {}
-        try:
-            addr, nbytes = int(args["Addr"]), int(args["Bytes"])
-            dev = _device_name(int(args.get("Device Type", 0)), int(args.get("Device Id", -1)))
-        except (KeyError, TypeError, ValueError):
-            raise InvalidArgumentError(f"{name}: traceEvents[{i}]: a [memory] event without "
-                                       f"Addr and Bytes") from None
-        mem.append((float(e.get("ts", 0)), i, dev, addr, nbytes))
+        ts, dev, addr, nbytes = _chrome_event(e, name, i)
+        mem.append((ts, i, dev, addr, nbytes))
         counts[dev] = counts.get(dev, 0) + 1
     chosen = _pick_device(counts, device, name, "the Chrome trace")
     mem.sort(key=lambda m: (m[0], m[1]))  # the profiler's order; ties keep file order
-    events, skipped = _pair((m[3], m[4]) for m in mem if m[2] == chosen)
+    events, skipped = _pair((m[3], m[4], 0, m[1]) for m in mem if m[2] == chosen)
     return ImportedTrace(events, chosen, skipped)
 
 
-def _stream_of(entry):
+def _stream_of(entry, where):
     """A snapshot entry's stream (an int: the handle's value), 0 if none."""
-    try:
-        return int(entry.get("stream", 0) or 0) & 0x7FFFFFFFFFFFFFFF
-    except (TypeError, ValueError):
+    stream = entry.get("stream")
+    if stream is None:
         return 0
+    return _whole(stream, "stream", where, -(1 << 63), U64) & 0x7FFFFFFFFFFFFFFF
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -133,6 +340,11 @@ class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refusing {module}.{name}: a memory snapshot holds plain "
                                      f"data only")
+
+
+_ADDRESSED = ("alloc", "free_requested", "free_completed")
+_SEGMENT_UP = ("segment_alloc", "segment_map")
+_SEGMENT_DOWN = ("segment_free", "segment_unmap")
 
 
 def from_snapshot(data, name, device=None):
@@ -150,22 +362,29 @@ def from_snapshot(data, name, device=None):
     chosen = _pick_device(counts, None if device is None else
                           (device if ":" in str(device) else f"device:{device}"), name,
                           "the snapshot")
-    trace = traces[int(chosen.split(":")[1])]
+    index = int(chosen.split(":")[1])
+    trace = traces[index]
     completes = any(e.get("action") == "free_completed" for e in trace if isinstance(e, dict))
     free_action = "free_completed" if completes else "free_requested"
     steps, reserved, reserved_peak = [], 0, 0
-    for e in trace:
+    for i, e in enumerate(trace):
         if not isinstance(e, dict):
             continue
-        action, addr, size = e.get("action"), e.get("addr"), e.get("size", 0)
+        action = e.get("action")
+        if action not in _ADDRESSED and action not in _SEGMENT_UP and action not in _SEGMENT_DOWN:
+            continue
+        where = f"{name}: device_traces[{index}][{i}] ({action})"
+        size = _whole(e.get("size", 0), "size", where, 0, U64)
         if action == "alloc":
-            steps.append((addr, int(size), _stream_of(e)))
+            addr = _whole(e.get("addr"), "addr", where, 0, U64)
+            steps.append((addr, size, _stream_of(e, where), i))
         elif action == free_action:
-            steps.append((addr, -int(size) or -1))
-        elif action in ("segment_alloc", "segment_map"):
-            reserved += int(size)
+            addr = _whole(e.get("addr"), "addr", where, 0, U64)
+            steps.append((addr, -size or -1, 0, i))
+        elif action in _SEGMENT_UP:
+            reserved += size
             reserved_peak = max(reserved_peak, reserved)
-        elif action in ("segment_free", "segment_unmap"):
-            reserved -= int(size)
+        elif action in _SEGMENT_DOWN:
+            reserved -= size
     events, skipped = _pair(steps)
     return ImportedTrace(events, chosen, skipped, reserved_peak or None)
