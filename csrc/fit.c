@@ -2,30 +2,24 @@
  * out-of-band.  The pool's path for large blocks and for slab storage.
  *
  * Why not the buddy here: a buddy places a block only at offsets aligned to
- * its size; on the recorded pipeline trace the buddy alone needs 24% more
- * arena than the pool (efficiency 0.654 against 0.848, BENCHMARKS.md).  Best
- * fit, address-ordered among equal sizes, is the classic fragmentation
- * champion.  To keep it fast, free blocks
+ * its size, which costs capacity on every recorded trace (BENCHMARKS.md,
+ * efficiency).  Best fit, address-ordered among equal sizes, is the classic
+ * fragmentation champion.  To keep it fast, free blocks
  * sit in size bins (64 per power of two, exact below 64 units) with a two-level
  * bitmap of non-empty bins: the bin of the request is scanned for the
  * smallest fit, else the next non-empty bin gives the smallest block larger
  * than any in the request's bin.  Scans stop after ASCM_FIT_SCAN (16) nodes:
  * each node looked at is a likely cache miss.  Taking just the head of a bin
- * is not enough (pipeline trace 0.85 -> 0.81: among equal sizes the lowest
- * address matters); four were as good as sixty-four on every shipped trace,
- * but not on a Conformer trace recorded to judge placement on models it was
- * not tuned on (tests/data/heldout/conformer_ctc): 0.677 with four, 0.790 with
- * 8, 16, 64 or every node (best fit in 4 KiB units: 0.790), its bins holding
- * many free blocks of near sizes, the fitting one past the fourth.  Sixteen
- * leaves a margin over the eight that sufficed; no other trace moves.
+ * is not enough: among equal sizes the lowest address matters.  Why sixteen
+ * (a held-out trace whose bins hold many free blocks of near sizes):
+ * docs/ARCHITECTURE.md, Note [Best fit].
  *
  * Large blocks are placed at the low end of the chosen free block.  Slabs
  * ("high" requests) go to the high end of a large free region, so long-lived
  * slabs cluster away from the large blocks' churn, but fill a smaller hole
- * (under HIGH_REGION times the slab) from its low end like any block.  On the
- * recorded pipeline trace that took efficiency from 0.810 (always high) or
- * 0.818 (always low) to 0.848, and every other trace stays the same or gains;
- * any ratio from 24 to 128 gives the same figures.
+ * (under HIGH_REGION times the slab) from its low end like any block: on the
+ * recorded traces that beats both always-high and always-low, and the ratio
+ * is not critical (Note [Slabs], "Where slabs go").
  *
  * Every block (free or used) is a node; nodes are linked in address order,
  * so a freed block merges with free neighbours in O(1).
@@ -305,15 +299,10 @@ static uint32_t fuse_run(ascm_fit *f, uint64_t need) {
  *  - one of one to sixteen granules goes, within the hole best fit chose,
  *    to whichever of the hole's two ends and the first and last granule
  *    boundaries in it makes it span the fewest granules (ties: the lowest).
- * Physical efficiency (`ascmem fit --paged`): with the second rule for one to
- * four granules, the recorded pipeline 0.915 -> 0.947 at 2 MiB (the first
- * rule alone: 0.931), every other trace unchanged.  Up to sixteen granules:
- * seq2seq_generate 0.982 -> 0.991 at 64 KiB (its blocks of 8.6-9 granules
- * no longer straddle a tenth), vit_train 0.979 -> 0.981 at 2 MiB, the
- * pipeline 0.996 -> 0.995 at 64 KiB, the rest unchanged.  Up to eight gains
- * nothing; up to 64 costs the decoder 0.990 -> 0.985 at 64 KiB (its growing
- * KV cache); under a granule it costs the decoder 0.936 -> 0.62 at 2 MiB
- * (scripts/paged_placement_sim.py). */
+ * Limits (docs/ARCHITECTURE.md, Note [Granule rules]): sixteen granules,
+ * since larger blocks are a growing cache's, which the rule scatters; not
+ * under a granule, where it scatters a growing cache over many granules
+ * (scripts/paged_placement_sim.py models the rules on every trace). */
 static inline int whole_granules(uint64_t n, uint64_t g) { return n >= g && ((0 - n) & (g - 1)) <= g / 16; }
 
 static inline uint64_t span(uint64_t s, uint64_t n, uint64_t g) { return (s + n - 1) / g - s / g; }
@@ -430,7 +419,7 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
 }
 
 /* `inline`: a hint for LTO to inline it into the pool's one caller, as it
- * did before regions (steady C benchmark 494 -> 476 instructions a pair). */
+ * did before regions. */
 inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *out) {
     return take(f, n, align_units, high, 0, 0, out, 0);
 }
@@ -448,10 +437,9 @@ int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t reg
  * back are a step's tensors, which come back every step; in mapped granules
  * they map nothing.  Sizes seen once -- a KV cache grown by torch.cat, a new
  * size each step -- keep best fit, which packs them end to end: sent to
- * mapped granules they scatter (decoder 0.936 -> 0.661 at 2 MiB in the
- * model, scripts/paged_placement_sim.py).  The figures are at pool.c,
- * take_paged.  Looks at IN_MAPPED_SCAN free blocks at most, in size order
- * (8 and 256 give the figures of 16 on every trace). */
+ * mapped granules they scatter (scripts/paged_placement_sim.py models it).
+ * Looks at IN_MAPPED_SCAN free blocks at most, in size order: a longer
+ * scan found no better place on any trace. */
 #define IN_MAPPED_SCAN 16u
 
 uint32_t ascm_fit_find_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,

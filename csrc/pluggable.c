@@ -50,10 +50,9 @@
  *
  * Layout: the device pointer, which every call reads, and the users counts,
  * which every call writes -- in the line of its thread's stripe
- * (stripes.h), as the device's gate counts -- on lines of their own.  When
- * they shared one line, two threads in these functions ran 0.3x the pairs
- * per second of one (benchmarks/c threads, "pluggable"; BENCHMARKS.md,
- * "Threads on one Device").  The requested bytes are counted per thread
+ * (stripes.h), as the device's gate counts -- on lines of their own: on
+ * one shared line every call of every thread would move that line between
+ * cores.  The requested bytes are counted per thread
  * (requested.c). */
 typedef struct slot {
     _Alignas(64) _Atomic(ascm_device *) device;

@@ -1,52 +1,14 @@
 /* Pool: routes small requests to slabs and large ones to best fit, keeps the
  * statistics and the page accounting, and holds the lock.
  *
- * Page accounting: a page is in use while any live block (a slab counts as
- * one block) touches it.  Pages strictly inside a block can only be touched
- * by that block, so only a block's first and last pages need a reference
- * count; taking or giving a block costs O(1) whatever its size.
- *
- * The last large block freed is kept whole (last_freed): its pages and
- * statistics are given back at once, but it stays out of the free bins until
- * the next large request.  A request of exactly its size and alignment takes
- * it back without touching the bins -- the common case of a loop that frees
- * and reallocates the same shape, which otherwise pays a split and a merge
- * (about half the instructions of a large pair).  In such a loop (the kept
- * block before was taken back: kept_reused) a block freed by address also
- * keeps its entry in the address map while it is kept, so that the loop
- * looks the address up but neither removes nor inserts it.  Out of such a
- * loop the entry goes at the free, as before: a lookup then and a removal at
- * the flush would cost a random workload more.  `make -C benchmarks/c
- * instructions`: 1 MiB loop 354 -> 335, Device 463 -> 445; the flags cost
- * random large pairs 692 -> 707, LIFO 566 -> 576.  Every lookup by address
- * treats the kept block as free (live_large_at).  Any other request, and
- * anything that reads the free space (stats, walks, check: pool_readout.c;
- * close), first gives it to best fit, so placement differs from plain best
- * fit only when a block is reused in place.
- *
- * Deferred discharge.  In that loop the kept block's pages were given back
- * at the free and taken again at the next allocation: page arithmetic, and
- * in a Device the budget's hook, twice a pair for nothing (~60 of a Python
- * 1 MiB Pool pair's ~1,100 instructions, ~120 of a Device pair's ~1,400).
- * So in such a loop the free of a large block leaves its pages taken (out
- * of one, where the next request is rarely the same, deferring cost the C
- * random large pairs 710 -> 737 instructions) and records the pool
- * in its lock (`deferred`: one pool per lock, and a Device's pools share
- * the device's lock, so the budget is covered too).  Every later call under
- * that lock gives them first (ascm_pool_settle), through ascm_pool_lock,
- * the flush of the kept block, and the device's own budget calls -- but
- * for a single allocation of this pool, which takes the block back with
- * its pages still taken, or settles before anything else, and a free,
- * which only gives pages (a shared edge page stays taken until the kept
- * block's discharge, as it would have anyway; no peak or limit is read).
- * What anyone can read is then as if the pages had been given and taken
- * again: the pages in use, the budget and their peaks are the same (the
- * peak was already reached before the free).  Only the running totals
- * pages_taken and pages_given skip the round trip, as PyTorch's
- * reserved-bytes totals do for a block its cache hands out again.  Paged
- * pools give at once (their granules are mapped and unmapped through
- * hooks), and so do pools with a charge hook of their creator's, which may
- * read its total at any time.
+ * Why and where each mechanism stops: docs/ARCHITECTURE.md, Note [Page
+ * accounting] (first and last pages counted), Note [The kept block]
+ * (last_freed, kept_reused, kept_in_map; live_large_at treats it as free;
+ * anything that reads free space gives it to best fit first) and Note
+ * [Deferred discharge] (a reuse loop's free leaves the pages taken and
+ * records the pool in its lock; ascm_pool_settle gives them before anything
+ * else runs under that lock; paged pools and pools with a creator's charge
+ * hook give at once).
  */
 #include "pool_internal.h"
 
@@ -82,13 +44,7 @@ static inline int mapped_first(const ascm_pool *p, uint64_t n) {
 /* Placement in a paged pool's regions (fit.c): a block of a quarter
  * granule or more, under a granule, of a size freed before goes first where
  * it maps no granule ("mapped granules first" in fit.c, which says why
- * sizes freed before).  Physical efficiency at 2 MiB (`ascmem fit --paged`,
- * fifteenth session): decoder_static_cache 0.864 -> 0.950 (its bound),
- * bert_train 0.958 -> 0.962, the other thirteen shipped traces unchanged at
- * 2 MiB and 64 KiB; on two traces recorded afterwards to judge it
- * (diffusion_denoise, speech_to_text) unchanged at 2 MiB, speech_to_text
- * 0.994 -> 0.996 at 64 KiB.  In the model, the rule for every size under
- * a granule read bert 0.962, for a quarter granule or more 0.966. */
+ * sizes freed before; docs/ARCHITECTURE.md, Note [Mapped granules first]). */
 static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t requested, uint32_t *node) {
     uint64_t g = 1ull << (p->pshift - p->gshift);
     if (ASCM_UNLIKELY(mapped_first(p, n)) && align_units_for(p, align) == 1 &&
@@ -128,8 +84,7 @@ static void give_block(ascm_pool *p, uint32_t node) {
  * large free regions, so that slabs gather away from the large blocks
  * (fit.c).  Paged pools take it like any block: at the top of a virtual
  * range a slab pins a granule of its own for a few small blocks, where best
- * fit puts it in a hole of a granule already mapped (physical efficiency at
- * 2 MiB granules on the decoder trace 0.864 -> 0.936, no trace lower). */
+ * fit puts it in a hole of a granule already mapped. */
 static int lend_to_slab(void *ctx, uint64_t bytes, uint64_t align, uint32_t *node, uint64_t *off) {
     ascm_pool *p = ctx;
     int st = take_block(p, bytes, align, 0, p->paging == NULL, node);
@@ -154,8 +109,7 @@ ascm_block_source ascm_pool_slab_source(ascm_pool *p) {
 /* Whether the kept block's granules are still mapped, or no free block of
  * the first region offers its size a mapped place (then nothing is gained
  * by placing it again).  Out of line: in line, it made reuse_last_freed too
- * large for GCC to put in line in its callers (the C steady large pair 710
- * -> 736 instructions). */
+ * large for GCC to put in line in its callers. */
 static __attribute__((noinline)) int kept_granules_mapped(ascm_pool *p, const ascm_fit_node *blk) {
     unsigned shift = p->pshift - p->gshift; /* units to granules */
     uint64_t first = blk->off >> shift, last = ((uint64_t)blk->off + blk->len - 1) >> shift, start;
@@ -165,12 +119,9 @@ static __attribute__((noinline)) int kept_granules_mapped(ascm_pool *p, const as
 
 /* Whether a paged pool reuses its kept block in place: not when its size
  * goes to mapped granules first, its own granules are no longer mapped and
- * a mapped place exists (take_paged places it there: reused in place, most
- * blocks of decoder_static_cache never met the rule, which left it at
- * 0.864).  The cost is on a path that maps a granule anyway: a loop freeing
- * and taking back one 1 MiB block with no release threshold, 1,236 -> 1,501
- * instructions a Python pair (2,095 while the kept block was placed again
- * whenever its granules went; map and unmap hooks not counted). */
+ * a mapped place exists (take_paged places it there: reused in place, a
+ * trace's repeated blocks would never meet the rule).  The cost is on a path
+ * that maps a granule anyway. */
 static inline int kept_place_mapped(ascm_pool *p, const ascm_fit_node *blk) {
     return ASCM_LIKELY(!mapped_first(p, blk->len)) || kept_granules_mapped(p, blk);
 }
@@ -248,14 +199,10 @@ static __attribute__((noinline)) int alloc_large_locked(ascm_pool *p, uint64_t s
         p->kept_in_map = 0;
     }
     /* A fresh large block: spare slabs go back first.  Where they sit they
-     * split free space that best fit would otherwise use: on the real traces
-     * keeping them cost resnet50 1.000 -> 0.862, the decoder 0.890 -> 0.872
-     * and the encoder 0.688 -> 0.682 (below plain best fit), for what they
-     * save -- a slab rebuilt when a class empties and refills -- only loops
-     * of small blocks need, and those make no large requests.  (Trimming
-     * every 4th to 256th large request instead lost on the encoder and the
-     * decoder.)  Cost: the C LIFO benchmark, which mixes the two, 441 -> 547
-     * instructions per pair. */
+     * split free space that best fit would otherwise use, and on the recorded
+     * traces that cost more capacity than plain best fit; what they save -- a
+     * slab rebuilt when a class empties and refills -- only loops of small
+     * blocks need, and those make no large requests (Note [Slabs]). */
     if (!node && ASCM_UNLIKELY(p->empty_slabs)) ascm_slab_trim(p);
     st = node ? ASCM_OK : take_block(p, size, align, requested, 0, &node);
     if (st != ASCM_OK && st != ASCM_ERR_HOSTMEM && ascm_slab_trim(p)) /* spare slabs may be in the way */
@@ -279,7 +226,7 @@ static __attribute__((noinline)) int alloc_large_locked(ascm_pool *p, uint64_t s
 
 /* The slab path and the kept block's reuse in a loop (its address-map
  * entry still there) in line in each caller: a small pair's call overhead
- * and register saves were a tenth of its instructions.  Other large blocks,
+ * and register saves would be a large part of its cost.  Other large blocks,
  * and a class with no partial slab, out of line. */
 static inline __attribute__((always_inline)) int alloc_locked(ascm_pool *p, uint64_t size, uint64_t requested,
                                                               uint64_t align, uint64_t *addr, uint32_t *unmapped,

@@ -15,13 +15,12 @@
  * class's spares stay within SLAB_SPARE_BYTES (always at least one), then goes
  * back to the large-block path.  Spares absorb alloc/free waves: building and
  * tearing down a slab costs a descriptor malloc, a block split and map
- * updates, and in the LIFO benchmark that was 80 of 570 instructions per pair;
- * they never cost capacity, since an allocation that fails trims them and
- * retries (efficiency on every trace unchanged).  Pools whose pages are larger
+ * updates; they never cost capacity, since an allocation that fails trims
+ * them and retries.  Pools whose pages are larger
  * than the slab (huge pages) keep no spare, which would pin a whole page.
  * Paged pools keep none either: a spare holds mapped granules, and what a
  * paged pool keeps mapped is its release threshold's to say (0: nothing
- * once every block is freed; issue 45.10).  A released slab's granules
+ * once every block is freed).  A released slab's granules
  * are free granules, kept mapped up to the threshold.
  */
 #include "internal.h"
@@ -139,7 +138,7 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
     }
     uint32_t nwords = (k->count + 63) / 64;
     size_t bytes = descriptor_bytes(k->count);
-    /* aligned by hand: aligned_alloc cost LIFO pairs 20 instructions more */
+    /* aligned by hand: aligned_alloc is slower on this path */
     void *mem = malloc(bytes + 63);
     if (!mem) return ASCM_ERR_HOSTMEM;
     ascm_slab *s = (ascm_slab *)(((uintptr_t)mem + 63) & ~(uintptr_t)63); /* ascm_slab_new fills it */
@@ -161,9 +160,8 @@ static int descriptor_for(ascm_pool *p, int cls, ascm_slab **out) {
  * all of them while thread caches are on (a cache may be reading it), else
  * up to IDLE_DESCRIPTORS per class, so that a class that empties and refills
  * does not free and allocate one each time (at most ~51 KB of host memory a
- * pool; one per class cost the C LIFO benchmark, whose rounds release several
- * slabs of a class at once, 24 more instructions a pair: 576 against 552; 8
- * or 16 gain 1 more).  The others are freed, their index chained through its
+ * pool; one per class is too few for rounds that release several slabs of a
+ * class at once, and more than four gain nothing).  The others are freed, their index chained through its
  * pointer slot, tagged odd so that a walk over the array tells it from a
  * descriptor. */
 #define IDLE_DESCRIPTORS 4u
