@@ -70,23 +70,24 @@ cdef class Device(_DeviceReadout):
                                    "built (a cache's flush may unmap granules outside an allocation)")
         self.profile = _profiles.get(model)
         self.mode = _profiles.mode_of(self.profile, mode)
-        if not isinstance(backend, str) or backend not in _BACKENDS:
-            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_BACKENDS)}")
+        if not isinstance(backend, str) or backend not in _UPSTREAMS:
+            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_UPSTREAMS)}")
         self.backend = backend
         cdef uint64_t did = as_u64(device_id, "device_id")
         if did >= (<uint64_t>1 << (64 - _DEVICE_SHIFT)) - 1:
             raise InvalidArgumentError(f"device_id {device_id} is too large")
         self.device_id = <int>did
+        # the upstream holds nothing before its first chunks (configure, below)
+        # and gives back every chunk it handed out when it is collected: a
+        # constructor that fails below loses nothing
+        cdef _Upstream up = _make_upstream(backend, did, acl_module)
         lay = _profiles.layout(self.profile, self.mode, memory=_opt_u64(memory, "memory"),
                                free_os_memory=_opt_u64(free_os_memory, "free_os_memory"),
                                aicpu_cache=_opt_u64(aicpu_cache, "aicpu_cache"),
                                host_memory=as_u64(host_memory, "host_memory"),
                                limit=_opt_u64(limit, "limit"),
-                               runtime_sized=backend == "acl" and not pool_sizes)
-        # the upstream owns every chunk it hands out, and gives them back when
-        # it is collected: a constructor that fails below loses nothing
-        cdef _DeviceParts parts = _DeviceParts(_make_upstream(backend, did, acl_module),
-                                               lay.sizes, lay.aicpu_cache)
+                               runtime_sized=up.from_runtime and not pool_sizes)
+        cdef _DeviceParts parts = _DeviceParts(up, lay.sizes, lay.aicpu_cache)
         self._parts = parts
         if pool_sizes:
             parts.growth.set_pool_sizes(pool_sizes)
@@ -613,11 +614,11 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
     # 4989-4993: a normal-page request of 2 MB or more gets huge pages;
     # hicann/runtime docs/zh/api_ref/11-04_virtual_memory_management.md
     # line 461), so a plan made on sim maps what the acl backend would
-    if dev.backend == "sim":
+    if parts.up.paging == "counted":
         cfg.granule_min = _ACL_GRANULE
-    if parts.up.readable:
+    elif parts.up.paging == "os":
         cfg.map = ascm_os_map
-    elif dev.backend == "acl":  # queued under the pool locks, applied through pyACL
+    elif parts.up.paging == "runtime":  # queued under the pool locks, applied through pyACL
         if any(parts.growth.maximum[k] > parts.growth.size[k] for k in range(ASCM_KINDS)):
             raise UnsupportedError("paged=True on the acl backend: give fixed pool sizes (a paged "
                                    "range has no need to grow)")

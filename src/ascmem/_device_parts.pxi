@@ -16,7 +16,6 @@ from ascmem.rules import MemAttr, MemKind, MEDIA_ALIGN
 cdef unsigned _DEVICE_MASK = ascm_kind_mask(ASCM_FREE_DEVICE)
 cdef unsigned _DVPP_MASK = ascm_kind_mask(ASCM_FREE_DVPP)
 cdef unsigned _HOST_MASK = ascm_kind_mask(ASCM_FREE_HOST)
-_BACKENDS = ("sim", "host", "acl")
 
 # Devices alive in this process: a child of fork() gets fresh Python locks
 # (a lock another thread held in the parent would stay held in the child).
@@ -30,7 +29,7 @@ def _devices_after_fork():
             (<_DeviceParts>parts).growth.after_fork()
             if (<_DeviceParts>parts).mapper is not None:
                 (<_DeviceParts>parts).mapper.after_fork()
-            if (<_DeviceParts>parts).up.name == "acl":
+            if (<_DeviceParts>parts).up.from_runtime:
                 _disown_after_fork(<Device>dev)
 
 

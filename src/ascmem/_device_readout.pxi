@@ -234,7 +234,7 @@ cdef class _DeviceReadout:
                                           msg.decode("utf-8", "replace"))
             if not ascm_device_has_kind(self._d, k):
                 continue
-            if parts.up.name != "sim" and not parts.closed:
+            if parts.up.holds_memory and not parts.closed:
                 problem = parts.growth.accounting_problem(k, self.chunks)
                 if problem:
                     raise CorruptionError(problem)

@@ -84,7 +84,7 @@ cdef class _Growth:
                     f"2 MiB chunks)")
             self.size[k] = initial // _CHUNK_ALIGN * _CHUNK_ALIGN
             self.maximum[k] = maximum // _CHUNK_ALIGN * _CHUNK_ALIGN
-            if self.maximum[k] > self.size[k] and self.up.name == "sim":
+            if self.maximum[k] > self.size[k] and not self.up.holds_memory:
                 raise InvalidArgumentError("a pool grows from an upstream: give an initial "
                                            "and a maximum size with backend='host' or 'acl'")
 
@@ -113,7 +113,7 @@ cdef class _Growth:
         self.d = d
         if any(self.maximum[k] > self.size[k] for k in range(ASCM_KINDS)):
             ascm_device_set_grow(d, _grow_hook, <void *>self)
-        if self.up.name != "sim":
+        if self.up.holds_memory:
             ascm_device_set_release(d, _release_hook, <void *>self)
 
     cdef after_fork(self):

@@ -266,10 +266,9 @@ cdef uint64_t _chunk_alignment(Device dev):
     aligned far past any page; on acl, the alignment of the chunks the
     runtime handed out (aclrtMalloc promises no more than its page)."""
     cdef uint64_t base, size, least = _MAX_ALIGNMENT
-    if dev.backend == "sim":
-        return _MAX_ALIGNMENT
-    if dev.backend == "host":
-        return _CHUNK_ALIGN
+    cdef _Upstream up = (<_DeviceParts>dev._parts).up
+    if up.chunk_alignment:
+        return min(up.chunk_alignment, _MAX_ALIGNMENT)
     for k in range(ASCM_KINDS):
         if ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
             continue

@@ -9,6 +9,22 @@
 # Device's own sequence numbers order frees).  Growth -- how much a kind has
 # taken, its maximum, when idle chunks go back -- is _Growth's (_growth.pxi).
 #
+# What a Device may ask of its backend is declared here as the upstream's
+# capabilities, set by each class and read by the Device instead of the
+# backend's name:
+#   holds_memory   chunks are memory, not only address ranges: a pool can grow
+#                  from them and give idle ones back, and their accounting is checked
+#   readable       the host can read and write the memory (views, sleep's saved bytes)
+#   from_runtime   chunks, events and mappings are the Ascend runtime's: the layout
+#                  is sized by it, and a child of fork() must disown them
+#   paging         how a paged pool's granules are mapped: "counted" (nothing is
+#                  mapped; the runtime's 2 MB granule is kept), "os" (mmap), or
+#                  "runtime" (the VMM calls through pyACL)
+#   chunk_alignment  what every chunk's start is aligned to (0: only what the
+#                  runtime handed out, read from the chunks)
+# A backend is its upstream class and one line of _UPSTREAMS (the end of this
+# file).
+#
 # An upstream owns every chunk it handed out until it takes it back, and
 # gives them all back when it is closed or collected -- whatever happened to
 # the Device.  That is what keeps memory from leaking when a Device dies in a
@@ -87,6 +103,10 @@ cdef class _Upstream:
     cdef readonly list held      # per kind: [(base, size), ...]
     cdef readonly str name
     cdef readonly bint readable  # the host can read and write the memory
+    cdef readonly bint holds_memory      # capabilities: see the top of this file
+    cdef readonly bint from_runtime
+    cdef readonly str paging
+    cdef readonly uint64_t chunk_alignment
     cdef readonly object acl     # acl: the pyACL module
     cdef readonly dict pages     # host: kind -> ASCM_OS_* of its first chunk
     cdef list _quarantine        # host: [(base, size)] retired, reserved, inaccessible
@@ -103,6 +123,10 @@ cdef class _Upstream:
             self.held.append(_uncollectable_list())
         self.name = "sim"
         self.readable = False
+        self.holds_memory = False
+        self.from_runtime = False
+        self.paging = "counted"
+        self.chunk_alignment = 1 << 30  # simulated ranges are aligned past any page
         self.pages = {}
         self._quarantine = _uncollectable_list()
         self.paged_kinds = frozenset()
@@ -202,6 +226,9 @@ cdef class _HostUpstream(_RealUpstream):
     def __cinit__(self, *args, **kwargs):
         self.name = "host"
         self.readable = True
+        self.holds_memory = True
+        self.paging = "os"
+        self.chunk_alignment = _CHUNK_ALIGN  # take() reserves every chunk 2 MiB-aligned
 
     def take(self, int k, uint64_t size):
         cdef uint64_t addr
@@ -259,6 +286,10 @@ cdef class _AclUpstream(_RealUpstream):
     def __cinit__(self, acl_module, *args, **kwargs):
         self.name = "acl"
         self.acl = acl_module
+        self.holds_memory = True
+        self.from_runtime = True
+        self.paging = "runtime"
+        self.chunk_alignment = 0  # aclrtMalloc promises no more than its page
 
     def take(self, int k, uint64_t size):
         ns, name, policy, free_name = _ACL_CALLS[k]
@@ -348,18 +379,48 @@ cdef class _AclUpstream(_RealUpstream):
             warnings.warn(f"acl.{ns}.{free_name}({base:#x}) returned {ret}", ResourceWarning)
 
 
-cdef _Upstream _make_upstream(str backend, uint64_t device_id, object acl_module):
-    """The upstream of a backend; acl: pyACL, `import acl` by default."""
-    if backend == "host":
-        return _HostUpstream()
-    if backend == "acl":
-        if acl_module is None:
-            try:
-                import acl as acl_module
-            except ImportError:
-                raise UnsupportedError("backend='acl' needs pyACL (`import acl` failed); use "
-                                       "backend='sim' or 'host' without an Ascend runtime") from None
-        return _AclUpstream(acl_module)
+cdef _Upstream _sim_upstream(uint64_t device_id, object acl_module):
     cdef _Upstream sim = _Upstream()
     sim._device_id = device_id
     return sim
+
+
+cdef _Upstream _host_upstream(uint64_t device_id, object acl_module):
+    return _HostUpstream()
+
+
+cdef _Upstream _acl_upstream(uint64_t device_id, object acl_module):
+    """pyACL: `import acl` unless a module is given."""
+    if acl_module is None:
+        try:
+            import acl as acl_module
+        except ImportError:
+            raise UnsupportedError("backend='acl' needs pyACL (`import acl` failed); use "
+                                   "backend='sim' or 'host' without an Ascend runtime") from None
+    return _AclUpstream(acl_module)
+
+
+ctypedef _Upstream (*_upstream_maker)(uint64_t, object)
+
+# The registry of backends: the name a Device is given, and how its upstream is made.
+_UPSTREAMS = ("sim", "host", "acl")
+
+
+cdef _Upstream _make_upstream(str backend, uint64_t device_id, object acl_module):
+    cdef _upstream_maker make = (_sim_upstream if backend == "sim" else
+                                 _host_upstream if backend == "host" else _acl_upstream)
+    return make(device_id, acl_module)
+
+
+def backends():
+    """Each backend's name and what its upstream declares it can do (the
+    capabilities at the top of _upstream.pxi); the acl backend's without
+    pyACL, as a stand-in module would give."""
+    out = {}
+    for name in _UPSTREAMS:
+        up = _make_upstream(name, 0, object()) if name == "acl" else _make_upstream(name, 0, None)
+        out[name] = {"holds_memory": up.holds_memory, "readable": up.readable,
+                     "from_runtime": up.from_runtime, "paging": up.paging,
+                     "chunk_alignment": up.chunk_alignment}
+        up.close()
+    return out
