@@ -11,19 +11,22 @@ The first byte picks the input's form:
   truncated, prefixed with a BOM or gzipped (twice at times).
 The oracle: load returns a Trace whose events can be read, or raises
 TraceError.  Any other exception is a finding, as is a snapshot that loads
-although an alloc or free entry of the device it read has a negative size
-or one of 2**64 or more (issue 45: such an alloc was read as a free, such a
-free as an allocation).
+although an alloc, free or segment entry of the device it read has a
+negative size or one of 2**64 or more (issue 45: such an alloc was read as
+a free, such a free as an allocation).
 
 FUZZ_COLLECT=DIR: a finding is written to DIR (one file per exception type
 and place, in the raw form above) instead of stopping the run, so that one
 run lists every distinct finding."""
+import atexit
+import collections
 import gzip
 import io
 import json
 import os
 import pickle
 import sys
+import tempfile
 import traceback
 
 import atheris
@@ -152,6 +155,8 @@ def snapshot(fdp):
         top = hostile(fdp)
     elif shape == 1:
         top["device_traces"] = hostile(fdp)
+    elif shape == 2:  # a class in the pickle: refused, never imported
+        top = collections.OrderedDict(top)
     data = pickle.dumps(top, protocol=fdp.ConsumeIntInRange(2, 5))
     return _deepen_pickle(data, fdp)
 
@@ -218,11 +223,41 @@ def a_device(fdp):
             ":")[fdp.ConsumeIntInRange(0, 13)]
 
 
+class Unseekable(io.RawIOBase):
+    """A pipe's reading end: read, but no seek."""
+
+    def __init__(self, data):
+        self.inner = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        return self.inner.readinto(buf)
+
+
+PATH = os.path.join(tempfile.gettempdir(), f"fuzz_traces.{os.getpid()}.trace")
+atexit.register(lambda: os.path.exists(PATH) and os.remove(PATH))
+
+
+def source(blob, how):
+    """blob as load is given it: a binary file, a pipe, a text-mode file or a path."""
+    if how == 1:
+        return io.BufferedReader(Unseekable(blob))
+    if how == 2:
+        return io.TextIOWrapper(io.BytesIO(blob), encoding="utf-8", newline="")
+    if how == 3:
+        with open(PATH, "wb") as f:
+            f.write(blob)
+        return PATH
+    return io.BytesIO(blob)
+
+
 def one_input(data):
     if not data:
         return
     form, rest = data[0] % 4, data[1:]
-    device = None
+    device, how = None, 0
     if form == RAW:
         blob = rest
     else:
@@ -230,17 +265,18 @@ def one_input(data):
         blob = (chrome, snapshot, csv)[form - 1](fdp)
         blob = wrap(blob, fdp)
         device = a_device(fdp)
+        how = max(0, fdp.ConsumeIntInRange(0, 5) - 2)  # half the time a BytesIO
     try:
-        load_and_read(blob, device)
+        load_and_read(blob, device, how)
     except Exception as exc:
         if not COLLECT:
             raise
         collect(exc, blob, device)
 
 
-def load_and_read(blob, device):
+def load_and_read(blob, device, how=0):
     try:
-        t = tr.load(io.BytesIO(blob), device=device)
+        t = tr.load(source(blob, how), device=device)
     except TraceError:
         return
     n = len(t)
@@ -254,8 +290,16 @@ def load_and_read(blob, device):
     if t.source.get("format") == "snapshot":
         bad = unsized_entries(blob, t.source["device"])
         if bad:
-            raise AssertionError(f"loaded a snapshot as {n} events although {bad[0]} has a "
-                                 f"size outside 0..2**64-1 ({t.source})")
+            size = bad[0]["size"]
+            shown = size if size.bit_length() < 200 else f"an int of {size.bit_length()} bits"
+            raise AssertionError(f"loaded a snapshot as {n} events although its "
+                                 f"{bad[0]['action']!r} entry has size {shown}, outside "
+                                 f"0..2**64-1 (device {t.source['device']}, skipped frees "
+                                 f"{t.source['skipped_frees']})")
+
+
+SIZED_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                 "segment_map", "segment_unmap")
 
 
 class PlainUnpickler(pickle.Unpickler):
@@ -266,15 +310,16 @@ class PlainUnpickler(pickle.Unpickler):
 
 
 def unsized_entries(blob, device):
-    """The alloc and free entries of a snapshot's chosen device ("device:N")
-    whose size is a negative integer or one of 2**64 or more: an allocation
-    read as a free, a free read as an allocation, or a size no allocator takes."""
+    """The alloc, free and segment entries of a snapshot's chosen device
+    ("device:N") whose size is a negative integer or one of 2**64 or more:
+    an allocation read as a free, a free read as an allocation, a size no
+    allocator takes, a reserved peak of 10**5000 bytes."""
     while blob[:2] == b"\x1f\x8b":
         blob = gzip.decompress(blob)
     traces = PlainUnpickler(io.BytesIO(blob)).load()["device_traces"]
     entries = traces[int(device.split(":")[1])]
     return [e for e in entries if isinstance(e, dict)
-            and e.get("action") in ("alloc", "free_requested", "free_completed")
+            and e.get("action") in SIZED_ACTIONS
             and type(e.get("size")) is int and not 0 <= e["size"] < UINT64_END]
 
 
