@@ -110,7 +110,7 @@ def props(fdp):
     size = (fdp.ConsumeIntInRange(0, 64) * MiB, 0, odd(fdp))[fdp.ConsumeIntInRange(0, 2)] \
         if fdp.ConsumeIntInRange(0, 3) else fdp.ConsumeIntInRange(1, 64 * MiB)
     p = {"allocType": 0, "handleType": 0, "location": {"id": 0, "type": 1}, "maxSize": size}
-    mutate = fdp.ConsumeIntInRange(0, 9)
+    mutate = fdp.ConsumeIntInRange(0, 19)
     if mutate == 0:
         p["allocType"] = odd(fdp)
     elif mutate == 1:
@@ -267,8 +267,17 @@ def one_input(data):
     dev = ascmem.Device("atlas-a2-training")
     acl.use(dev)
     st = State()
+    # a pool and two streams to start with: most runs then reach reuse,
+    # limits and release, whatever the create calls the input makes
+    handle, _ = acl.rt.mem_pool_create(
+        {"allocType": 0, "handleType": 0, "location": {"id": 0, "type": 1},
+         "maxSize": fdp.ConsumeIntInRange(1, 32) * 2 * MiB})
+    st.pools.append(handle)
+    st.streams += [acl.rt.create_stream()[0], acl.rt.create_stream()[0]]
     try:
-        for step in range(fdp.ConsumeIntInRange(0, 48)):
+        step = 0
+        while fdp.remaining_bytes() and step < 64:  # no run of calls made of exhausted input
+            step += 1
             op = fdp.ConsumeIntInRange(0, 15)
             before = books()
             name, ret = call(fdp, st, op)
