@@ -3,6 +3,8 @@
 the external allocator answers codes, and the recording stand-in is no
 stricter than the runtime.  Sources are cited next to each rule in
 ascmem/stream_pools.py, ascmem/acl_allocator.py and tests/fake_acl.py."""
+import fractions
+
 import pytest
 
 import ascmem
@@ -214,3 +216,48 @@ def test_sim_paged_maps_normal_memory_in_2_mb_granules_as_acl_does(sizes):
         for p in blocks[d]:
             d.free(p)
         d.close()
+
+
+# ---- found by fuzz/fuzz_stream_pools.py: a pointer that only compares equal --------------
+
+@pytest.mark.parametrize("as_other", [float, fractions.Fraction])
+def test_a_float_equal_to_a_pool_block_is_not_that_block(dev, stream, as_other):
+    """pyACL's pointers are ints.  A float equal to a block's address once
+    freed it to the pool, the pool then handed the float out as a pointer,
+    and giving it back to the Device failed part-way: the block left the
+    pool's books but stayed allocated on the Device after the pool was
+    destroyed (a leak), and a synchronize answered 100000."""
+    pool = make_pool(64 * MiB)
+    p, _ = acl.rt.mem_pool_malloc_async(4096, pool, stream)
+    before = books(pool)
+    assert acl.rt.mem_pool_free_async(as_other(p), stream) != ACL_SUCCESS
+    assert books(pool) == before
+    assert acl.rt.free(as_other(p)) != ACL_SUCCESS
+    assert books(pool) == before
+    assert acl.rt.mem_pool_free_async(p, stream) == ACL_SUCCESS
+    q, ret = acl.rt.mem_pool_malloc_async(4096, pool, stream)
+    assert ret == ACL_SUCCESS and type(q) is int
+    assert acl.rt.mem_pool_free_async(q, stream) == ACL_SUCCESS
+    other, _ = acl.rt.create_stream()
+    assert acl.rt.synchronize_stream(other) == ACL_SUCCESS
+    assert acl.rt.mem_pool_destroy(pool) == ACL_SUCCESS
+    acl.rt.destroy_stream(other)
+    dev.synchronize()
+    dev.check()
+    assert dev.stats()["huge"]["live_count"] == 0
+
+
+def test_an_integer_like_pointer_frees_its_block(dev, stream):
+    """An object with __index__ (a numpy integer) is the int it stands for,
+    as in pyACL's argument parsing."""
+    np = pytest.importorskip("numpy")
+    pool = make_pool(64 * MiB)
+    p, _ = acl.rt.mem_pool_malloc_async(4096, pool, stream)
+    assert acl.rt.mem_pool_free_async(np.uint64(p), stream) == ACL_SUCCESS
+    assert books(pool) == (0, 2 * MiB, 0, 1)
+    q, _ = acl.rt.mem_pool_malloc_async(4096, pool, stream)
+    assert type(q) is int and q == p
+    assert acl.rt.free(np.int64(q)) == ACL_SUCCESS
+    assert books(pool) == (0, 0, 0, 0)
+    assert acl.rt.mem_pool_destroy(pool) == ACL_SUCCESS
+    dev.check()

@@ -16,6 +16,7 @@ and synchronization calls so that the pools see them too.
 """
 
 import itertools
+import operator
 import os
 import threading
 
@@ -154,25 +155,40 @@ def mem_pool_free_async(ptr, stream):
     one of aclrtMalloc and freed on the stream, as the runtime does
     (api_impl_soma.cc lines 145-167, a host function on the stream)."""
     def free():
-        if not ptr:
+        ptr_ = _pointer(ptr)
+        if not ptr_:
             raise InvalidArgumentError("mem_pool_free_async: the pointer may not be null")
         pools = list(_pools.values())
         for p in pools:
-            if p.free_async(ptr, stream):
+            if p.free_async(ptr_, stream):
                 return
         dev = _acl().device()
-        if isinstance(ptr, int) and any(p.device is dev and p.inside(ptr) for p in pools):
+        if any(p.device is dev and p.inside(ptr_) for p in pools):
             # inside a pool block, not its start: RT_ERROR_INVALID_VALUE
             # (api_impl_soma.cc line 134), not the aclrtFree path's 207002
-            raise RuntimeParamError(f"mem_pool_free_async: {ptr:#x} is inside a block of a "
+            raise RuntimeParamError(f"mem_pool_free_async: {ptr_:#x} is inside a block of a "
                                     f"stream-ordered pool, not its start")
         dev.free(ptr, stream=stream)
     return _ret(free)
 
 
+def _pointer(ptr):
+    """ptr as the int pyACL's argument parsing makes of it (an object with
+    __index__, such as a numpy integer, is its value); anything else --
+    a float or a Fraction that merely equals an address -- as it is, which
+    no pool takes for one of its blocks (StreamPool keys on exact ints)."""
+    if isinstance(ptr, bool):
+        return ptr
+    try:
+        return int(operator.index(ptr))
+    except TypeError:
+        return ptr
+
+
 def free_pooled(ptr):
     """acl.rt.free of a pool's block: True if a pool had it live and it is
     freed; False if no pool has it (an ordinary aclrtMalloc block)."""
+    ptr = _pointer(ptr)
     return any(p.free_now(ptr) for p in list(_pools.values()))
 
 

@@ -272,6 +272,8 @@ class StreamPool:
         # an unhashable stream is refused before the books change (the
         # runtime's own null-stream handling is left to it: aclrtMemPoolFreeAsync
         # has no null check at the ACL layer, memory.cpp lines 2160-2168)
+        if not _address(addr):
+            return False
         check_stream(stream, "mem_pool_free_async", null_ok=True)
         with self.lock:
             if addr not in self.live:
@@ -294,6 +296,8 @@ class StreamPool:
         2357-2367).  False if addr is not a live block of this pool; a block
         already freed to the pool is refused (PoolStateError: the runtime's
         RT_ERROR_POOL_PTR_NOTFOUND)."""
+        if not _address(addr):
+            return False
         with self.lock:
             if self._gone():
                 return False
@@ -311,6 +315,8 @@ class StreamPool:
         """addr lies within one of the pool's blocks (live or cached) without
         being its start: the runtime answers RT_ERROR_INVALID_VALUE for its
         free (api_impl_soma.cc line 134)."""
+        if not _address(addr):
+            return False
         with self.lock:
             if self._gone():
                 return False
@@ -480,6 +486,14 @@ def check_stream(stream, call, null_ok=False):
     if not null_ok and (stream is None or (isinstance(stream, int) and
                                            not isinstance(stream, bool) and stream == 0)):
         raise InvalidArgumentError(f"{call}: the stream may not be null")
+
+
+def _address(addr):
+    """Whether addr can be one of the pool's addresses: an exact int.  A
+    float or Fraction equal to a block's address finds it in a dict, and
+    the pool would then book it -- and hand it out again -- as that
+    float."""
+    return type(addr) is int
 
 
 def _attr_int(value):
