@@ -299,6 +299,7 @@ def test_flags_that_would_do_nothing_are_usage_errors(args, text):
 def test_the_readme_python_examples_run(tmp_path, monkeypatch, capsys):
     """Every ```python block of README.md runs as written (mypy checks them
     too: scripts/typecheck.py)."""
+    import importlib.util
     import os
     import re
     readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
@@ -307,4 +308,6 @@ def test_the_readme_python_examples_run(tmp_path, monkeypatch, capsys):
     assert len(blocks) >= 3
     monkeypatch.chdir(tmp_path)  # the trace example saves a file
     for i, block in enumerate(blocks):
+        if "ascmem.torch" in block and importlib.util.find_spec("torch") is None:
+            continue  # PyTorch's block needs PyTorch (the ASan run has none)
         exec(compile(block, f"README.md python block {i}", "exec"), {})
