@@ -267,7 +267,11 @@ enum { ASCM_SIZE_MALLOC = 0,   /* ALIGN_UP(size, 32) + 32, start 64-byte aligned
        /* as MALLOC, but the block's requested size stays size: the rounding
         * is placed as pad (at most 63 bytes) after it, so a free that is not
         * told the size (torch's deleters) can read it back exactly */
-       ASCM_SIZE_MALLOC_KEEP = 4 };
+       ASCM_SIZE_MALLOC_KEEP = 4,
+       /* ALIGN_UP(size, 32) with no 32-byte tail, start 64-byte aligned: a
+        * block the runtime maps whole rather than cuts from a larger one (a
+        * stream-ordered pool's 2 MB granules), with no piece after it */
+       ASCM_SIZE_MAPPED = 5 };
 
 /* Things the caller may want to warn about, reported by ascm_device_malloc. */
 enum { ASCM_EVENT_HUGE_FALLBACK = 1,   /* HUGE_FIRST got normal pages: huge ran out */

@@ -212,7 +212,7 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
      * same on aclrtMalloc's page.  aclrtMallocAlign32 and the 1 GiB-page
      * policies report ALIGN_UP(len, 32) and are placed with the 32-byte tail
      * (pad) after it, which is nobody's. */
-    r->pad = mode == ASCM_SIZE_ALIGN32 ? 32 : 0;
+    r->pad = mode == ASCM_SIZE_ALIGN32 ? 32 : 0; /* ASCM_SIZE_MAPPED: no piece follows it */
     r->nkinds = 1;
     r->reserve_event = 0;
     if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) r->rounded = malloc_size(size);

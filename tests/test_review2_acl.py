@@ -73,6 +73,29 @@ def test_a_4_mib_pool_holds_two_small_allocations_not_three(dev, stream):
     assert acl.rt.mem_pool_destroy(pool) == ACL_SUCCESS
 
 
+def test_the_device_charges_what_the_pool_reserves(dev, stream):
+    """Pool memory is mapped in whole 2 MB granules, not cut from an
+    aclrtMalloc block: no 32-byte tail after each block, so blocks sit on
+    granule boundaries and cost the device exactly the pool's RESERVED, even
+    among other allocations."""
+    pool = make_pool(64 * MiB)
+    huge_before = dev.budget()["huge_used"]
+    other = dev.malloc(3 * MiB)  # a block with the aclrtMalloc tail in between
+    other_cost = dev.budget()["huge_used"] - huge_before
+    got = [acl.rt.mem_pool_malloc_async(n, pool, stream)[0] for n in (4096, 2 * MiB, 3 * MiB)]
+    assert all(p % (2 * MiB) == 0 for p in got)
+    reserved, _ = acl.rt.mem_pool_get_attr(pool, sp.ATTR_RESERVED_MEM_CURRENT)
+    assert reserved == 8 * MiB
+    assert dev.budget()["huge_used"] - huge_before - other_cost == reserved
+    for p in got:
+        assert acl.rt.mem_pool_free_async(p, stream) == ACL_SUCCESS
+    assert acl.rt.synchronize_stream(stream) == ACL_SUCCESS
+    assert acl.rt.mem_pool_destroy(pool) == ACL_SUCCESS
+    dev.free(other)
+    dev.check()
+    assert dev.budget()["huge_used"] == huge_before
+
+
 def test_a_size_whose_2_mb_rounding_overflows_is_refused(dev, stream):
     pool = make_pool(4 * MiB)
     assert acl.rt.mem_pool_malloc_async((1 << 64) - 1, pool, stream) == \

@@ -86,6 +86,7 @@ cdef extern from "ascmem.h" nogil:
         ASCM_SIZE_ALIGN32
         ASCM_SIZE_DVPP
         ASCM_SIZE_HOST
+        ASCM_SIZE_MAPPED
         ASCM_EVENT_HUGE_FALLBACK
         ASCM_EVENT_RESERVE_FULL
         ASCM_EVENT_MEDIA_90

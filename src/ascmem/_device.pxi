@@ -165,6 +165,15 @@ cdef class Device(_DeviceReadout):
         """aclrtMallocAlign32: ALIGN_UP(size, 32) bytes at a 64-byte boundary."""
         return _malloc(self, size, policy, stream, tag, ASCM_SIZE_ALIGN32)
 
+    def _malloc_mapped(self, size, uint64_t granule):
+        """A block of whole granules the runtime maps, on a granule boundary
+        and with no sub-allocation tail after it: what a stream-ordered pool
+        takes from the device (its memory is mapped in 2 MB granules,
+        hicann/runtime stream_mem_pool.cc 172, 193), so that the device
+        charges what the pool counts."""
+        return _alloc(self, size, 0, ASCM_SIZE_MAPPED, None, None, "malloc_align32", -1, 0, -1, 0,
+                      granule)
+
     def dvpp_malloc(self, size, stream=None):
         """acldvppMalloc: ALIGN_UP(size, 32) + 32 bytes of huge-page memory in the
         media window, at a 128-byte boundary."""

@@ -33,31 +33,34 @@ cdef inline object _malloc(Device dev, object size, object policy, object stream
 
 
 cdef object _alloc(Device dev, object size, object policy, int mode, object stream, object tag,
-                   str call, int st, uint64_t addr, int kind, int events):
+                   str call, int st, uint64_t addr, int kind, int events, uint64_t align=0):
     """_alloc_body, holding the mapper's lock on a paged acl device."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     if parts.mapper is None:
-        return _alloc_body(dev, size, policy, mode, stream, tag, call, st, addr, kind, events)
+        return _alloc_body(dev, size, policy, mode, stream, tag, call, st, addr, kind, events,
+                           align)
     with parts.mapper.lock:
-        return _alloc_body(dev, size, policy, mode, stream, tag, call, st, addr, kind, events)
+        return _alloc_body(dev, size, policy, mode, stream, tag, call, st, addr, kind, events,
+                           align)
 
 
 cdef object _alloc_body(Device dev, object size, object policy, int mode, object stream,
-                        object tag, str call, int st, uint64_t addr, int kind, int events):
+                        object tag, str call, int st, uint64_t addr, int kind, int events,
+                        uint64_t align=0):
     """An allocation after _alloc_first_try, or the whole of one: st is the
     status of the first try of the whole size (-1: not tried yet).
     Same-stream reuse, then the C device, then the slow path (retries,
-    out-of-memory error); guard bytes in debug mode; the tag."""
+    out-of-memory error); guard bytes in debug mode; the tag.  align: the
+    block's start and size on a multiple of it (0: the tag's, if any)."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     cdef uint64_t want, n = as_u64(size, "size")
     cdef ascm_pool *p
     cdef uint32_t pol = _policy(policy)
-    cdef uint64_t align = 0
     if tag is not None:
         _check_tag(tag)
         if tag in parts.tags.sleeping:
             raise InvalidArgumentError(f"{call}: tag {tag!r} is asleep: wake it first")
-        align = parts.tags.alignment_of(tag)  # an aligned group (align_tag): its own placement
+        align = align or parts.tags.alignment_of(tag)  # an aligned group (align_tag)
     if align:
         if stream is not None:
             _check_stream(stream)  # a block freed on a stream fits other sizes: never reused here

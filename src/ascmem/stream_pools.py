@@ -236,14 +236,16 @@ class StreamPool:
                 raise PoolStateError(f"mem_pool_malloc_async({size}): the pool has "
                                      f"{self.max_size - self.reserved} of its {self.max_size} "
                                      f"bytes left")
-        # exactly need bytes from the Device (aclrtMallocAlign32 adds no
-        # 32-byte pad), so the Device charges what the pool's books count
+        # whole 2 MB granules on a granule boundary with no sub-allocation
+        # tail (the runtime maps pool memory, it does not cut it from an
+        # aclrtMalloc block), so the Device charges what the pool's books
+        # count: a tail would put each block across one more huge page
         try:
-            addr = self.device.malloc_align32(need)
+            addr = self.device._malloc_mapped(need, POOL_ALIGN)
         except OutOfMemoryError:
             if not self._release(self._complete_blocks(), 0):
                 raise
-            addr = self.device.malloc_align32(need)
+            addr = self.device._malloc_mapped(need, POOL_ALIGN)
         # the pool hands it out again after a free to the pool: a free behind
         # its back (the pluggable free, free_raw) would make that a double owner
         try:
