@@ -272,3 +272,25 @@ def test_43_7_pool_counts_request_larger_than_itself():
     s = d.stats()
     assert sum(s[k]["failed_count"] for k in s if k != "device") == 1  # as the Pool now
     d.close()
+
+
+def test_a_python_block_freed_through_the_pluggable_free_does_not_block_close_or_hide_later_ones():
+    """The handed-out count is per path: a block Python allocated and the
+    pluggable free released took it to -1, and close() refused with "-1
+    blocks handed out" (found by fuzz_python). Below zero it is set back to
+    zero when the gate is shut, so a later C block is still counted."""
+    from ascmem import pluggable
+    raw = pluggable.functions()
+    index = 5
+    dev = ascmem.Device("atlas-a2-training", backend="host", memory=1 << 30)
+    pluggable.configure(dev, index)
+    try:
+        raw[pluggable.FREE](dev.malloc(4096), 0, index, None)
+        dev.reset()                                    # the count goes back to zero here
+        c_block = raw[pluggable.ALLOC](4096, index, None)
+        with pytest.raises(ascmem.InUseError, match="1 blocks handed out"):
+            dev.close()                                # not hidden by the earlier -1
+        raw[pluggable.FREE](c_block, 0, index, None)
+        dev.close()
+    finally:
+        pluggable.unconfigure(index)
