@@ -138,6 +138,8 @@ SNAPSHOT_BAD = {
     "size None": ({"action": "alloc", "addr": 16, "size": None}, r"size None"),
     "size a list": ({"action": "alloc", "addr": 16, "size": [1]}, r"size \[1\]"),
     "size 2**70": ({"action": "alloc", "addr": 16, "size": 2**70}, r"size 1180591620717411303424"),
+    "stream of 5000 digits": ({"action": "alloc", "addr": 16, "size": 8, "stream": 10**5000},
+                              r"stream \(a number of 16610 bits\) is out of range"),
     "address unhashable": ({"action": "alloc", "addr": [16], "size": 8}, r"addr \[16\]"),
     "address a dict": ({"action": "free_completed", "addr": {}, "size": 8}, r"addr \{\}"),
     "stream a list": ({"action": "alloc", "addr": 16, "size": 8, "stream": [0]}, r"stream \[0\]"),

@@ -21,6 +21,7 @@ import io
 import json
 import math
 import pickle
+import reprlib
 
 from ascmem.errors import InvalidArgumentError
 
@@ -44,14 +45,28 @@ def _malformed(where, what):
     return TraceError(f"{where}: {what}")
 
 
+def _shown(value):
+    """A value of a malformed field, short and safe to print: reprlib stops
+    at a few levels of nesting (a plain repr of a deeply nested list from a
+    pickle overflows the stack) and a number of thousands of digits is shown
+    by its size (str() refuses past 4,300 digits)."""
+    if type(value) is int and value.bit_length() > 128:
+        return f"{'-' if value < 0 else ''}(a number of {value.bit_length()} bits)"
+    return _REPR.repr(value)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
 def _whole(value, field, where, lo, hi):
     """value, if it is an int (not a bool, not a string, not a float) in
     [lo, hi); else a TraceError naming the field and where it is."""
     if type(value) is not int:
-        raise _malformed(where, f"{field} {value!r:.60} is not a whole number "
+        raise _malformed(where, f"{field} {_shown(value)} is not a whole number "
                                 f"({type(value).__name__})")
     if not lo <= value < hi:
-        raise _malformed(where, f"{field} {value} is out of range ({lo} to {hi - 1})")
+        raise _malformed(where, f"{field} {_shown(value)} is out of range ({lo} to {hi - 1})")
     return value
 
 
@@ -190,7 +205,7 @@ def _chrome_event_checked(e, name, i):
         raise _malformed(where, "a [memory] event without Addr and Bytes")
     ts = e.get("ts", 0)
     if type(ts) not in (int, float) or not math.isfinite(ts):
-        raise _malformed(where, f"ts {ts!r:.60} is not a finite number")
+        raise _malformed(where, f"ts {_shown(ts)} is not a finite number")
     addr = _whole(args["Addr"], "Addr", where, -(1 << 63), U64)
     nbytes = _whole(args["Bytes"], "Bytes", where, 1 - U64, U64)
     dtype = _whole(args.get("Device Type", 0), "Device Type", where, 0, 1 << 31)
