@@ -1,5 +1,5 @@
 """Instructions per alloc + free pair from Python, counted by valgrind
-(cachegrind): the floor (NoopPool, built by ascmem.bench.floor_module), Pool
+(cachegrind): the floor (NoopPool, built by ascmem.tools.bench.floor_module), Pool
 and Device.malloc at each size, and their ratios.  Counts do not depend on the host's
 load, so two builds can be compared on a shared machine where the timed ratios of
 `ascmem bench` move by a tenth from run to run.  Instructions are not time
@@ -54,7 +54,7 @@ def main(argv=None):
     if not shutil.which("valgrind"):
         print("needs valgrind")
         return 2
-    from ascmem.bench import floor_module
+    from ascmem.tools.bench import floor_module
     floor = floor_module()
     if floor is None:
         print("the floor needs Cython and a C compiler")

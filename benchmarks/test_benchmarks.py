@@ -8,7 +8,7 @@ import pytest
 
 import ascmem
 from ascmem import trace as tr
-from ascmem.bench import floor_module
+from ascmem.tools.bench import floor_module
 
 MiB = 1 << 20
 SIZES = [64, 256, 4096, 32 * 1024, MiB, 64 * MiB]

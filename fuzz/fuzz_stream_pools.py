@@ -20,7 +20,9 @@ import numpy
 
 with atheris.instrument_imports():
     import ascmem
-    from ascmem import acl, acl_soma, stream_pools
+    from ascmem import acl
+    from ascmem.acl import soma as acl_soma
+    from ascmem.acl import stream_pools
 
 MiB = 1 << 20
 VERBOSE = bool(os.environ.get("FUZZ_VERBOSE"))  # print each call (to read a reproducer)

@@ -476,7 +476,7 @@ def test_placement_model_shows_the_worst_moment():
     """scripts/paged_placement_sim.py --worst: the layout when the mapped
     granules first peak, which is how placement misses are found."""
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "paged_placement_sim.py")
-    trace_path = os.path.join(os.path.dirname(tr.__file__), "examples", "decoder_static_cache.csv.gz")
+    trace_path = os.path.join(os.path.dirname(ascmem.__file__), "examples", "decoder_static_cache.csv.gz")
     def worst(*rule):
         r = subprocess.run([sys.executable, script, "--worst", str(2 * MiB), *rule, trace_path],
                            capture_output=True, text=True, timeout=300)

@@ -27,7 +27,7 @@ def test_snapshot_structure():
 def test_rendered_by_torch_memory_viz(tmp_path):
     mv = pytest.importorskip("torch.cuda._memory_viz")
     path = tmp_path / "snap.pickle"
-    t = tr.load(str(tr.__file__).replace("trace.py", "examples/video_pipeline.csv.gz"))
+    t = tr.example("video_pipeline")
     tr.replay(t, ascmem.Device("atlas-inference"), snapshot=path)
     data = pickle.loads(path.read_bytes())
     summary = mv.segsum(data)

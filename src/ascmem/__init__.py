@@ -6,6 +6,10 @@ metadata; Device applies the CANN memory rules on top.
 
 import os as _os
 
+from ascmem import _moved
+
+_moved.install()  # the module paths from before the subpackages keep working
+
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
                            DeviceClosedError, InUseError,
                            InvalidArgumentError, InvalidFreeError, IpcBusyError, IpcKeyError,
@@ -15,7 +19,7 @@ from ascmem.rules import MemAttr, MemKind, Policy
 from ascmem._core import BuddyAllocator, Device, Pool
 from ascmem import profiles
 from ascmem.stats import Statistics, statistics
-from ascmem.planner import plan
+from ascmem.tools.planner import plan
 
 from ascmem._version import __version__
 

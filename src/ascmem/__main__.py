@@ -1,5 +1,5 @@
 import sys
 
-from ascmem.cli import main
+from ascmem.tools.cli import main
 
 sys.exit(main())

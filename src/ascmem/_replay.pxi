@@ -1,6 +1,6 @@
 # Trace replay over columns (ascmem.trace.replay's path for a Pool and a
 # BuddyAllocator): the whole loop in C, no Python call per event.  The
-# columns come from ascmem.trace_data.Columns; slot pairs each free with its
+# columns come from ascmem.trace.data.Columns; slot pairs each free with its
 # allocation (replay_slots), so live blocks sit in an array, not a dict.
 
 from libc.stdint cimport uint8_t

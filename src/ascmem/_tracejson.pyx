@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled guard of the JSON trace reader (ascmem.trace_import): the
+"""The compiled guard of the JSON trace reader (ascmem.trace.profiler): the
 nesting depth of a JSON text fed to it chunk by chunk.  The streaming parser
 (ijson's yajl backend) spends gigabytes on a few hundred thousand open
 brackets before it fails; a Chrome trace nests four deep, so the reader

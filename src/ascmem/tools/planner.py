@@ -5,13 +5,13 @@ The workload (a trace) is measured once per allocator:
   - ascmem: replayed through a Device; its peak of device pages in use
     (huge and normal together, at the same moment);
   - torch-caching: torch_npu's caching allocator, emulated
-    (ascmem.torch_caching); its peak of reserved segments;
+    (ascmem.emulations.torch_caching); its peak of reserved segments;
   - torch-expandable, torch-expandable-eager: the same with expandable
-    segments (ascmem.torch_expandable), pages unmapped only before
+    segments (ascmem.emulations.torch_expandable), pages unmapped only before
     out-of-memory, or as soon as they are free; their peak of mapped pages;
-  - cann-raw: every request a runtime call in whole pages (ascmem.raw_cann);
+  - cann-raw: every request a runtime call in whole pages (ascmem.emulations.raw_cann);
   - bestfit-wilderness (asked for by name): textbook best fit keeping the
-    arena's untouched end for last (ascmem.reference), one contiguous arena
+    arena's untouched end for last (ascmem.emulations.reference), one contiguous arena
     reserved in whole pages up to its high-water mark.
 Then, for every product and mode, the card must hold, per instance (a
 process sharing the card), that peak plus the weights and the media memory
@@ -92,7 +92,7 @@ def _pages(n):
 def footprints(trace, allocators=ALLOCATORS, curves=False):
     """The workload's peak under each allocator (Footprint list)."""
     import ascmem
-    from ascmem import raw_cann
+    from ascmem.emulations import raw_cann
     from ascmem import trace as tr
     media = _media_only(tr._a_trace(trace))  # its peak, in whole pages: the media window's share
     media_peak = _pages(media.peak_live()) if len(media) else 0
@@ -115,7 +115,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
             out.append(Footprint(name, raw["peak"], media_peak, raw.get("curve", []),
                                  complete=raw["peak"] <= REFERENCE_MEMORY))
         elif name == "bestfit-wilderness":
-            from ascmem.reference import BestFitWilderness
+            from ascmem.emulations.reference import BestFitWilderness
             alloc = BestFitWilderness(REFERENCE_MEMORY)
             rep = tr.replay(trace, alloc, curve=curves)  # its curve: bytes held, not the arena
             out.append(Footprint(name, _pages(alloc.high_water), media_peak,
@@ -126,7 +126,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
 
 
 def _media_only(trace):
-    from ascmem.trace_data import Columns, Trace
+    from ascmem.trace.data import Columns, Trace
     c = trace.columns
     keep = c.kind == 3
     return Trace(columns=Columns(c.alloc[keep], c.ids[keep], c.size[keep], c.kind[keep],

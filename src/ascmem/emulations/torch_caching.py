@@ -32,7 +32,7 @@ It follows Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp
     hands the key to: kLargeBuffer / 1 MiB); expandable_segments with
     max_split_size_mb or garbage_collection_threshold is refused
     (NPUAllocatorConfig.cpp 306-312).
-  - expandable_segments: ascmem.torch_expandable (from_conf picks it).
+  - expandable_segments: ascmem.emulations.torch_expandable (from_conf picks it).
 One stream, no events: a trace has neither.
 """
 
@@ -129,7 +129,7 @@ class TorchCachingAllocator:
         with expandable_segments:True, TorchExpandableSegments."""
         opts = parse_conf(conf)
         if opts.pop("expandable_segments", False):
-            from ascmem.torch_expandable import TorchExpandableSegments
+            from ascmem.emulations.torch_expandable import TorchExpandableSegments
             return TorchExpandableSegments(capacity, **opts)
         return cls(capacity, **opts)
 

@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 
-from ascmem.trace_data import KINDS, Columns, Event, Trace, TraceError
+from ascmem.trace.data import KINDS, Columns, Event, Trace, TraceError
 
 CHUNK = 8 << 20   # compressed or plain bytes read at a time
 BLOCK = 1 << 20   # rows the fast path fills before starting another block

@@ -12,9 +12,9 @@ so an unchanged pipeline allocates through ascmem; pointers ascmem did not hand
 out go to the module's original free; ``uninstall()`` restores everything.
 
 CANN's stream-ordered pools (``acl.rt.mem_pool_create`` ... ``mem_pool_trim_to``,
-with the stream and event calls they depend on) are in ascmem.acl_soma, and
+with the stream and event calls they depend on) are in ascmem.acl.soma, and
 the external allocator for a stream (``register_allocator``) in
-ascmem.acl_allocator; both are reached from here.
+ascmem.acl.allocator; both are reached from here.
 """
 
 import os
@@ -23,7 +23,9 @@ import types
 import warnings
 
 import ascmem
-from ascmem import acl_allocator, acl_soma, ipc
+from ascmem import ipc
+from ascmem.acl import allocator as acl_allocator
+from ascmem.acl import soma as acl_soma
 from ascmem.errors import (ACL_ERROR_INTERNAL_ERROR, ACL_ERROR_INVALID_PARAM,
                            ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_SUCCESS,
                            InvalidArgumentError, acl_code)

@@ -52,7 +52,7 @@ def _load(args):
         return _example(args.example)
     if not args.trace:
         raise _Usage("give a trace file, - for standard input, or --example NAME")
-    from ascmem import progress
+    from ascmem.tools import progress
     with progress.step("load", unit="B") as watch:
         if args.trace == "-":
             data = io.BytesIO(sys.stdin.buffer.read())
@@ -182,7 +182,7 @@ def cmd_replay(args):
     _no_idle_flags(args, t)
     model = args.model or EXAMPLE_MODELS.get(args.example or "", "atlas-inference")
     if args.plot:
-        from ascmem import plot
+        from ascmem.tools import plot
         plot.require()  # before the replay, not after it
     if args.paged or args.granule:
         if args.allocator not in ("device", "pool") or args.capacity:
@@ -208,7 +208,7 @@ def cmd_replay(args):
         where = f"{args.allocator} of {_mib(cap)}"
     import warnings
 
-    from ascmem import progress
+    from ascmem.tools import progress
     with warnings.catch_warnings(record=True) as caught, \
             progress.step("replay", len(t)) as watch:
         warnings.simplefilter("always", ascmem.PrecautionWarning)
@@ -216,12 +216,12 @@ def cmd_replay(args):
                            curve=bool(args.plot), snapshot_at_peak=args.at_peak,
                            history_limit=args.max_entries)
     if isinstance(target, ascmem.Device):
-        from ascmem import raw_cann
+        from ascmem.emulations import raw_cann
         report["device"] = target.budget()
         report["precaution_warnings"] = sorted({str(w.message) for w in caught})
         report["cann_raw"] = raw_cann.peak(t, target)  # the same trace, each call to the runtime
     if args.plot:
-        from ascmem import plot
+        from ascmem.tools import plot
         plot.replay_plot(t, report, args.plot, title=f"{t.name} on {where}")
     for key in ("curve_live", "curve_used", "curve_used_label"):
         report.pop(key, None)
@@ -292,7 +292,7 @@ def cmd_fit(args):
     names = args.allocator or [a for a in tr.ALLOCATORS if a != "tlsf" or tr.tlsf_available()]
     if args.allocator is None and not tr.tlsf_available():
         print("(tlsf skipped: pip install tlsfallocator to compare with it)", file=sys.stderr)
-    from ascmem import progress
+    from ascmem.tools import progress
     peak = t.peak_live()
     rows, results = [], []
     for name in names:
@@ -358,7 +358,7 @@ def cmd_bench(args):
     if args.torch:  # torch's CPU allocator against ascmem's (needs torch)
         from ascmem.torch import bench as torch_bench
         return torch_bench.main(flags)
-    from ascmem import bench
+    from ascmem.tools import bench
     return bench.main(flags)
 
 
@@ -367,7 +367,7 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="ascmem", description="Plan and compare Ascend device memory with the ascmem "
         "allocator, no hardware needed.")
-    from ascmem import cli_plan
+    from ascmem.tools import cli_plan
     from ascmem._version import __version__
     p.add_argument("--version", action="version", version=f"ascmem {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -529,7 +529,7 @@ def main(argv=None):
         parser.print_help()
         return 0
     args = parser.parse_args(_negative_sizes_as_values(parser, argv))
-    from ascmem import progress
+    from ascmem.tools import progress
     progress.configure(quiet=getattr(args, "quiet", True))
     try:
         return args.func(args)

@@ -34,7 +34,7 @@ One stream, no events: a trace has neither.
 import bisect
 
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
-from ascmem.torch_caching import (LARGE_BUFFER, MIN_BLOCK, PAD, SMALL_BUFFER, SMALL_SIZE,
+from ascmem.emulations.torch_caching import (LARGE_BUFFER, MIN_BLOCK, PAD, SMALL_BUFFER, SMALL_SIZE,
                                   round_request, take_back)
 
 ROUND_LARGE = 2 * 1024 * 1024       # kRoundLarge: requests from here are aligned

@@ -1,4 +1,4 @@
-"""`ascmem plan`: the command over ascmem.planner -- a table by default,
+"""`ascmem plan`: the command over ascmem.tools.planner -- a table by default,
 --json (schema ascmem.plan/1, docs/CLI_JSON.md), --plot of memory over time
 per allocator."""
 
@@ -7,7 +7,7 @@ import argparse
 
 def add_parser(sub, trace_args, size):
     """size: the parser of a number of bytes >= 0 (cli._bytes_of)."""
-    from ascmem import planner
+    from ascmem.tools import planner
     s = sub.add_parser("plan", help="will a workload fit on each product, with what headroom, "
                        "per allocator (ascmem, torch_npu caching and expandable segments, cann-raw)")
     trace_args(s)
@@ -39,17 +39,17 @@ def count(text):
 
 def cmd_plan(args):
     import dataclasses
-    from ascmem import planner
-    from ascmem.cli import _json, _load, _mib, _print_notes, _table
+    from ascmem.tools import planner
+    from ascmem.tools.cli import _json, _load, _mib, _print_notes, _table
     if args.plot:
-        from ascmem import plot
+        from ascmem.tools import plot
         plot.require()
     t = _load(args)
     p = planner.plan(t, weights=args.weights, instances=args.instances, headroom=args.headroom,
                      dvpp=args.dvpp, models=args.model, curves=bool(args.plot),
                      allocators=args.allocator or planner.ALLOCATORS)
     if args.plot:
-        from ascmem import plot
+        from ascmem.tools import plot
         plot.plan_plot(p, args.plot)
     if args.json:
         body = dataclasses.asdict(p)

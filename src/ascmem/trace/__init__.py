@@ -16,11 +16,11 @@ import time
 import zlib
 from typing import Any
 
-from ascmem import trace_import as _import
+from ascmem.trace import profiler as _import
 from ascmem.errors import ArgumentTypeError, InvalidArgumentError, OutOfMemoryError
-from ascmem.raw_cann import request_of
-from ascmem.trace_csv import save  # noqa: F401  (ascmem.trace.save)
-from ascmem.trace_data import KINDS, Event, Trace, TraceError  # noqa: F401  (the public names)
+from ascmem.emulations.raw_cann import request_of
+from ascmem.trace.csvfile import save  # noqa: F401  (ascmem.trace.save)
+from ascmem.trace.data import KINDS, Event, Trace, TraceError  # noqa: F401  (the public names)
 
 GRANULE = 64  # bytes: tlsfallocator works in these units, and Pool aligns to them
 
@@ -45,7 +45,7 @@ def _open(path_or_file):
 
 def _chunks(stream, name, first=b""):
     """The decompressed chunks, with read and gzip errors as TraceErrors."""
-    from ascmem.trace_csv import chunks_of
+    from ascmem.trace.csvfile import chunks_of
     try:
         yield from chunks_of(stream, first)
     except UnicodeDecodeError as exc:  # a file opened in text mode
@@ -93,7 +93,7 @@ def load(path_or_file, device=None, max_bytes=None, progress=None):
     (trace_csv); a PyTorch trace is read up to max_bytes once decompressed
     (default MAX_WHOLE_BYTES), a Chrome trace as it streams when ijson is
     installed.  progress(bytes read) is called as chunks come."""
-    from ascmem import trace_csv
+    from ascmem.trace import csvfile as trace_csv
     stream, close, name = _open(path_or_file)
     try:
         try:
@@ -368,16 +368,16 @@ def make_allocator(name, capacity):
     if name == "buddy":
         return ascmem.BuddyAllocator(capacity, base=base)
     if name == "torch-caching":
-        from ascmem.torch_caching import TorchCachingAllocator
+        from ascmem.emulations.torch_caching import TorchCachingAllocator
         return TorchCachingAllocator.from_conf(capacity, os.environ.get("PYTORCH_NPU_ALLOC_CONF"))
     if name in ("torch-expandable", "torch-expandable-eager"):
-        from ascmem.torch_expandable import TorchExpandableSegments
+        from ascmem.emulations.torch_expandable import TorchExpandableSegments
         return TorchExpandableSegments(capacity, eager=name.endswith("eager"))
     if name == "bestfit":
-        from ascmem.reference import BestFit
+        from ascmem.emulations.reference import BestFit
         return BestFit(capacity)
     if name == "bestfit-wilderness":
-        from ascmem.reference import BestFitWilderness
+        from ascmem.emulations.reference import BestFitWilderness
         return BestFitWilderness(capacity)
     if name == "tlsf":
         if not tlsf_available():
@@ -553,7 +553,7 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
     """replay()'s report, from the compiled loop: the same figures as the
     loop in Python (tests/test_trace_scale.py compares them)."""
     from ascmem._core import replay_columns
-    from ascmem.trace_data import KIND_NAMES
+    from ascmem.trace.data import KIND_NAMES
     c = trace.columns
     t0 = time.perf_counter()
     got = replay_columns(allocator, c.alloc, trace.slots(), c.size, c.kind,

@@ -20,7 +20,7 @@ import operator
 import os
 import threading
 
-from ascmem import stream_pools
+from ascmem.acl import stream_pools
 from ascmem.errors import (ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                            ACL_ERROR_RT_PARAM_INVALID, ACL_SUCCESS, InvalidArgumentError,
                            PoolStateError, RuntimeParamError, acl_code)

@@ -33,7 +33,8 @@ from ascmem import trace as tr
 
 MiB = 1 << 20
 SIZES = (64, 4096, MiB, 64 * MiB)
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the source checkout this module sits in (src/ascmem/tools/../../..): benchmarks/c lives there
+SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 
 # The floor: a Cython method pair with Pool's signatures that only converts its
@@ -239,7 +240,7 @@ def c_core(runs, peer=True):
     device_1mib (a Device's 1 MiB pair, which charges the page budget twice);
     the same by handle: steady_handle, lifo_handle, ...; and offset_steady, offset_lifo, offset_steady_by_offset when the peer was
     built) or None."""
-    root = os.path.normpath(os.path.join(HERE, "..", ".."))
+    root = SOURCE_ROOT
     bench_dir = os.path.join(root, "benchmarks", "c")
     src = os.path.join(bench_dir, "bench_core.c")
     csrc = os.path.join(root, "csrc")
@@ -292,7 +293,7 @@ def c_threads(runs):
     pairs beside another's batches (bench_batch_wait.c), when the source
     tree, make and compilers are here.  Returns {backend: {figure: value}}
     or None."""
-    root = os.path.normpath(os.path.join(HERE, "..", ".."))
+    root = SOURCE_ROOT
     bench_dir = os.path.join(root, "benchmarks", "c")
     if not (os.path.exists(os.path.join(bench_dir, "threads.h")) and shutil.which("make")):
         return None

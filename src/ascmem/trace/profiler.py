@@ -41,7 +41,7 @@ class ImportedTrace:
 
 
 def _malformed(where, what):
-    from ascmem.trace_data import TraceError
+    from ascmem.trace.data import TraceError
     return TraceError(f"{where}: {what}")
 
 
@@ -122,9 +122,9 @@ class _Paired:
         return len(self.alloc)
 
     def columns(self):
-        """ascmem.trace_data.Columns of the events."""
+        """ascmem.trace.data.Columns of the events."""
         import numpy as np
-        from ascmem.trace_data import Columns
+        from ascmem.trace.data import Columns
         n = len(self.alloc)
         stream = np.array(self.stream, np.int64)
         return Columns(np.array(self.alloc, np.uint8), np.array(self.ids, np.int64),
@@ -163,7 +163,7 @@ def parse_json(data, name):
     """The document in a Chrome trace's bytes; anything JSON does not allow
     (Infinity, NaN, integers of thousands of digits, nesting deeper than the
     parser goes) is a TraceError."""
-    from ascmem.trace_data import TraceError
+    from ascmem.trace.data import TraceError
     try:
         return json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
@@ -238,7 +238,7 @@ def from_chrome_chunks(chunks, name, device=None):
     checks it."""
     import ijson
     from ascmem._tracejson import NestingGuard
-    from ascmem.trace_data import TraceError
+    from ascmem.trace.data import TraceError
     chunks = iter(chunks)
     first = next(chunks, b"")
     head = first.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
