@@ -18,10 +18,8 @@ from ascmem.errors import (ArgumentTypeError, InvalidArgumentError, InvalidFreeE
 from ascmem.rules import MemKind, Policy
 
 import fake_acl
+from conftest import BASE, GiB, MiB
 
-MiB = 1 << 20
-GiB = 1 << 30
-BASE = 1 << 32
 
 
 @dataclasses.dataclass

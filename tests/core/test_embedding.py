@@ -12,6 +12,7 @@ import pytest
 
 import ascmem
 import ascmem.pluggable as pl
+from conftest import TESTS
 
 CYTHON_EXT = """
 # cython: language_level=3
@@ -449,7 +450,7 @@ def test_snapshot_hook_built_against_torch_npu_types(tmp_path):
     import shutil
     if not (shutil.which("c++") or shutil.which("g++")):
         pytest.skip("no C++ compiler")
-    standin = os.path.join(os.path.dirname(__file__), "torch_npu_standin")
+    standin = os.path.join(TESTS, "torch_npu_standin")
     shim = pl.build_snapshot_shim(tmp_path / "libshim.so", include_dirs=[standin],
                                   header="npu_snapshot_types.h")
     src = tmp_path / "caller.cpp"

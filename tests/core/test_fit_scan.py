@@ -6,10 +6,9 @@ import os
 
 import ascmem
 from ascmem import trace as tr
+from conftest import KiB, MiB, TESTS
 
-KiB, MiB = 1 << 10, 1 << 20
 UNIT = 4 * KiB
-HERE = os.path.dirname(__file__)
 
 
 def test_the_smallest_fit_past_the_fourth_block_of_its_bin_is_taken():
@@ -29,6 +28,6 @@ def test_the_smallest_fit_past_the_fourth_block_of_its_bin_is_taken():
 
 
 def test_the_heldout_conformer_trace_fits_as_best_fit_in_4_kib_units():
-    t = tr.load(os.path.join(HERE, "data", "heldout", "conformer_ctc.csv.gz"))
+    t = tr.load(os.path.join(TESTS, "data", "heldout", "conformer_ctc.csv.gz"))
     eff, _ = tr.efficiency(t, "pool")
     assert eff >= 0.785  # 0.677 when the scan stopped at four blocks; best fit at 4 KiB: 0.790

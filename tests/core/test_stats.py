@@ -3,8 +3,8 @@ import pytest
 
 import ascmem
 from ascmem import Policy
+from conftest import MiB
 
-MiB = 1 << 20
 
 # the keys torch.cuda.memory_stats() has (PyTorch 2.x), which dashboards read
 TORCH_KEYS = [f"{m}.{g}.{s}" for m in ("allocated_bytes", "reserved_bytes", "active_bytes",

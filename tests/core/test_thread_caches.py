@@ -3,10 +3,6 @@ csrc/tests/test_tcache.c drive them from native threads): blocks allocated
 on one thread and freed on another, statistics and check() exact, bad frees
 refused, the modes; a Device's caches under GIL-free callers (the pluggable
 functions through ctypes), with resets and close racing them."""
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -14,6 +10,7 @@ import pytest
 
 import ascmem
 from ascmem.errors import InvalidArgumentError, InvalidFreeError, OutOfMemoryError, UnsupportedError
+from conftest import run_child
 
 
 @pytest.mark.parametrize("mode", ["on", "auto", "off"])
@@ -158,23 +155,13 @@ def test_bad_modes_are_refused():
 
 # ---- a Device's caches (ascm_device_set_thread_caches) ------------------------------
 
-def _run_child(code, timeout=120):
-    """A fresh interpreter, so that a hang is a TimeoutExpired and a crash a
-    return code, not a stuck test run."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)],
-                       capture_output=True, text=True, timeout=timeout, env=env)
-    assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r
-
-
 @pytest.mark.parametrize("mode", ["on", "auto", "off"])
 def test_device_caches_serve_gil_free_threads_exactly(mode):
     """Threads in the pluggable functions (ctypes drops the GIL) on a host-
     backed Device with thread caches: each block is stamped with its owner
     and checked before its free (a block handed to two callers shows), while
     the main thread reads statistics, checks and empties the caches."""
-    r = _run_child(f"""
+    r = run_child(f"""
         import ctypes, threading, ascmem
         from ascmem import pluggable as pl
         d = ascmem.Device("atlas-training", backend="host", device_id=12, thread_caches={mode!r},
@@ -224,13 +211,14 @@ def test_device_caches_serve_gil_free_threads_exactly(mode):
 
 @pytest.mark.parametrize("mode", ["on", "auto"])
 def test_device_caches_survive_reset_and_close_under_gil_free_callers(mode):
-    """As test_reliability's first test, with thread caches on (with AUTO,
-    coming on while the resets race): resets drop the pools (and their
+    """As test_reset_and_close_while_raw_callers_run (device/
+    test_device_faults.py), with thread caches on (with AUTO, coming on
+    while the resets race): resets drop the pools (and their
     caches) while threads are inside the pluggable functions; every call is
     served or waits, none crashes or hangs.  A reset while a thread holds a
     block is refused (InUseError, issue 43): the threads free each block
     at once, so resets go ahead between their blocks."""
-    r = _run_child("""
+    r = run_child("""
         import threading, time, ascmem
         from ascmem import pluggable as pl
         MiB = 1 << 20

@@ -8,9 +8,8 @@ import ascmem
 from ascmem.errors import ArgumentTypeError, InvalidArgumentError
 
 import fake_acl
-from conftest import MiB
+from conftest import KiB, MiB
 
-KiB = 1 << 10
 CALLS = ("malloc", "malloc_align32")
 
 

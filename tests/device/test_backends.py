@@ -12,9 +12,9 @@ from ascmem import _core
 from ascmem.errors import InvalidArgumentError, UnsupportedError
 
 import fake_acl
+from conftest import MiB, ROOT
 
-MiB = 1 << 20
-SRC = os.path.join(os.path.dirname(__file__), "..", "src", "ascmem")
+SRC = os.path.join(ROOT, "src", "ascmem")
 
 # one line per backend: its name and how a test makes a Device of it here
 MAKERS = {

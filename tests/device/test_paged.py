@@ -10,10 +10,9 @@ import pytest
 import ascmem
 from ascmem import trace as tr
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
+from conftest import BASE, MiB, ROOT
 
-MiB = 1 << 20
 G = 64 << 10
-BASE = 1 << 32
 
 
 def granules_touched(live, g):
@@ -475,7 +474,7 @@ def test_paged_acl_maps_in_the_granularity_the_runtime_recommends(answer, granul
 def test_placement_model_shows_the_worst_moment():
     """scripts/paged_placement_sim.py --worst: the layout when the mapped
     granules first peak, which is how placement misses are found."""
-    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "paged_placement_sim.py")
+    script = os.path.join(ROOT, "scripts", "paged_placement_sim.py")
     trace_path = os.path.join(os.path.dirname(tr.__file__), "examples", "decoder_static_cache.csv.gz")
     def worst(*rule):
         r = subprocess.run([sys.executable, script, "--worst", str(2 * MiB), *rule, trace_path],

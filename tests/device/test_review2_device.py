@@ -1,16 +1,14 @@
 """The second adversarial review (issue 45) and issue 43 item 7: sleep and
 streams, block buffers, paged pools' granules and spares, batch and
 argument checks.  One test (or a few) per item, named after it.  Crashes
-run in a child process with a time limit (run_child), as in
-test_reliability.py."""
+run in a child process with a time limit (conftest.run_child)."""
 import numpy as np
 import pytest
 
 import ascmem
 from ascmem.errors import ArgumentTypeError, InvalidArgumentError, OutOfMemoryError
 
-from conftest import BASE, MiB
-from test_reliability import run_child
+from conftest import BASE, MiB, run_child
 
 
 def paged_device(backend="host", **kw):

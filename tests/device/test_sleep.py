@@ -8,8 +8,8 @@ import pytest
 
 import ascmem
 from ascmem import Policy
+from conftest import MiB
 
-MiB = 1 << 20
 
 
 def resident(addr, size):

@@ -9,8 +9,8 @@ from hypothesis import settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 import ascmem
+from conftest import MiB
 
-MiB = 1 << 20
 TAGS = ("kv", "weights", None)
 sizes = st.one_of(st.integers(1, 32 << 10), st.integers((32 << 10) + 1, 3 * MiB),
                   st.integers(3 * MiB, 9 * MiB))

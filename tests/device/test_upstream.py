@@ -13,7 +13,6 @@ from ascmem.errors import InvalidArgumentError, OutOfMemoryError
 
 import fake_acl
 
-MiB = 1 << 20
 NORMAL = int(Policy.NORMAL_ONLY)
 
 
@@ -227,6 +226,7 @@ def test_acl_allocation_that_would_fail_polls_the_events_first():
 import hypothesis.strategies as st  # noqa: E402
 from hypothesis import settings  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+from conftest import MiB
 
 
 class GrowingPoolMachine(RuleBasedStateMachine):

@@ -14,8 +14,8 @@ from ascmem import acl as aacl
 from ascmem.rules import MiB
 
 import fake_acl
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from ascmem.errors import (ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_INTERNAL_ERROR,
                            ACL_ERROR_RT_PARAM_INVALID, ACL_SUCCESS)
 
 import fake_acl
+from conftest import MiB
 
-MiB = 1 << 20
 
 
 @pytest.fixture

@@ -13,9 +13,8 @@ from ascmem.errors import (ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_FEATURE_NOT_SUP
                            ACL_ERROR_RT_PARAM_INVALID, ACL_SUCCESS)
 
 import fake_acl
+from conftest import GiB, MiB
 
-MiB = 1 << 20
-GiB = 1 << 30
 
 
 def props(max_size=1 * GiB, device_id=0, **extra):

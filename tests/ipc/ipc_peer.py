@@ -1,4 +1,4 @@
-"""The other process of tests/test_ipc.py: a host-backend Device driven by
+"""The other process of tests/ipc/test_ipc.py: a host-backend Device driven by
 one command a line on stdin, one answer a line on stdout.
 
     python ipc_peer.py export SIZE [any]   -> "KEY <key> <pid> <addr>"

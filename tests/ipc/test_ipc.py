@@ -1,7 +1,7 @@
 """Sharing blocks between processes (issue 49): real processes on the host
 backend, the simulated bookkeeping, the acl backend against the recording
 stand-in, and the pyACL drop-in.  Every other process is a fresh interpreter
-(tests/ipc_peer.py) driven line by line with a time limit, so that a crash
+(tests/ipc/ipc_peer.py) driven line by line with a time limit, so that a crash
 or a hang fails the test instead of the suite."""
 import os
 import re
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="me
 
 
 class Peer:
-    """Another process with a host Device (tests/ipc_peer.py)."""
+    """Another process with a host Device (tests/ipc/ipc_peer.py)."""
 
     def __init__(self, *args):
         self.p = subprocess.Popen([sys.executable, PEER, *map(str, args)], stdin=subprocess.PIPE,

@@ -6,8 +6,8 @@ import os
 import re
 
 import pytest
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", "BENCHMARKS.md", "CHANGELOG.md"] + sorted(
     os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 # folders of this repository a cited path may start with; src/ only as

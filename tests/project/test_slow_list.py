@@ -4,8 +4,8 @@ import os
 import re
 
 from slow_tests import SLOW_FILES, SLOW_TESTS
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_every_slow_entry_exists():

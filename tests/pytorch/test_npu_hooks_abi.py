@@ -13,9 +13,9 @@ import pytest
 
 import ascmem
 import ascmem.pluggable as pl
+from conftest import MiB, TESTS
 
-MiB = 1 << 20
-STANDIN = os.path.join(os.path.dirname(__file__), "torch_npu_standin")
+STANDIN = os.path.join(TESTS, "torch_npu_standin")
 CXX = shutil.which("c++") or shutil.which("g++")
 needs_cxx = pytest.mark.skipif(not CXX, reason="no C++ compiler")
 

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import queue
 
@@ -20,17 +19,8 @@ pytest.importorskip("ninja")  # torch.utils.cpp_extension builds the shim with i
 
 import ascmem  # noqa: E402
 import ascmem.torch as at  # noqa: E402
+from conftest import MiB, run_child
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-MiB = 1 << 20
-
-
-def run_child(code, timeout=300):
-    """code in a fresh interpreter: a crash shows as a negative return code."""
-    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)],
-                       capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r.stdout
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +146,7 @@ def test_close_and_reset_refuse_while_tensors_live_then_succeed():
         del x
         d.reset(); d.close()
         print("ok")
-    """)
+    """, timeout=300).stdout
     assert out.startswith("ok")
 
 
@@ -177,7 +167,7 @@ def test_a_device_collected_while_tensors_live_keeps_their_memory():
         assert x.sum().item() == 2 * (1 << 20)
         del x
         print("ok")
-    """)
+    """, timeout=300).stdout
     assert out.startswith("ok")
 
 
@@ -232,7 +222,7 @@ def test_a_failed_allocation_tells_torch_why():
         at.uninstall()
         assert torch.ones(10).sum().item() == 10
         print("ok")
-    """)
+    """, timeout=300).stdout
     assert out.startswith("ok")
 
 
@@ -535,7 +525,7 @@ def test_rss_after_freeing_1_gib_is_close_to_torchs():
         at.install()
         ascmem_left = churn()
         print(torch_left, ascmem_left)
-    """)
+    """, timeout=300).stdout
     torch_left, ascmem_left = map(int, out.split())
     assert ascmem_left <= torch_left + 64 * MiB, (torch_left, ascmem_left)
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 
 def run(*args):
@@ -302,7 +303,7 @@ def test_the_readme_python_examples_run(tmp_path, monkeypatch, capsys):
     import importlib.util
     import os
     import re
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    readme = os.path.join(ROOT, "README.md")
     with open(readme) as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
     assert len(blocks) >= 3

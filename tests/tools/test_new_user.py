@@ -346,6 +346,7 @@ def test_sizes_with_units_and_zero_still_parse():
 # ---- 47.6: the bench says what is missing and when a run was noisy ---------------
 
 from ascmem import bench  # noqa: E402
+from conftest import ROOT
 
 
 def _rows(spread=0.0, fast=1.0):
@@ -394,7 +395,6 @@ def test_bench_report_names_a_missing_tlsfallocator_and_warns_of_noise(monkeypat
 # ---- 47.10: the README installs what a user needs in one command ----------------
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_readme_installs_the_extras_its_commands_need_in_one_command():

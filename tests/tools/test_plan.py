@@ -9,9 +9,8 @@ import ascmem
 from ascmem import planner
 from ascmem import trace as tr
 from ascmem.trace_data import Event, Trace
+from conftest import GiB, MiB
 
-MiB = 1 << 20
-GiB = 1 << 30
 
 
 def one_block(size, kind=""):

@@ -7,8 +7,8 @@ from ascmem import trace as tr
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
 from ascmem.torch_caching import TorchCachingAllocator as T, parse_conf
 from ascmem.torch_expandable import TorchExpandableSegments as E
+from conftest import MiB
 
-MiB = 1 << 20
 
 
 @pytest.mark.parametrize("size,rounded", [(1, 512), (480, 512), (481, 1024), (1000, 1536),

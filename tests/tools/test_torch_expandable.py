@@ -10,9 +10,8 @@ from ascmem import trace as tr
 from ascmem.errors import InvalidArgumentError, OutOfMemoryError
 from ascmem.torch_caching import TorchCachingAllocator as T, parse_conf
 from ascmem.torch_expandable import TorchExpandableSegments as E
+from conftest import KiB, MiB
 
-MiB = 1 << 20
-KiB = 1 << 10
 
 
 def mapped_by_walk(a):

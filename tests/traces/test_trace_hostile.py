@@ -9,7 +9,6 @@ import os
 import pickle
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -19,9 +18,6 @@ from ascmem import trace
 from ascmem.trace import TraceError
 from ascmem.trace_data import Event, Trace
 
-MiB = 1 << 20
-GiB = 1 << 30
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def mem(ts, addr, nbytes, dtype=0, did=-1):
@@ -39,14 +35,6 @@ def snap(entries, name="s.pickle"):
     f = io.BytesIO(pickle.dumps({"device_traces": [entries]}))
     f.name = name
     return f
-
-
-def run_child(code, timeout=120):
-    env = dict(os.environ, PYTHONPATH=TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)],
-                       capture_output=True, text=True, timeout=timeout, env=env)
-    assert r.returncode == 0, f"child exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r
 
 
 def cli(*args, timeout=120):
@@ -324,6 +312,7 @@ def test_47_5_replay_paged_plot_writes_the_mapped_curve(tmp_path):
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from conftest import GiB, MiB, run_child
 
 ANY = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(),
                 st.text(max_size=5), st.lists(st.integers(), max_size=2),

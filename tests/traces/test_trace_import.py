@@ -12,8 +12,8 @@ import pytest
 import ascmem
 from ascmem import trace
 from ascmem.trace import TraceError
+from conftest import MiB
 
-MiB = 1 << 20
 
 
 def mem(ts, addr, nbytes, dtype=0, did=-1):

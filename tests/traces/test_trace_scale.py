@@ -7,8 +7,8 @@ import pytest
 import ascmem
 from ascmem import trace as tr
 from ascmem.trace_data import Event, Trace
+from conftest import MiB
 
-MiB = 1 << 20
 EXAMPLES = tr.example_names()
 
 
