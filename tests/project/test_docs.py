@@ -92,3 +92,21 @@ def test_the_docs_do_not_point_outside_the_repository():
     """A clone has only the repository: no doc reads ../shared or the like."""
     for doc in _existing_docs():
         assert "../shared" not in _read(doc), doc
+
+
+def test_every_reliability_row_names_its_test():
+    """docs/RELIABILITY.md is a table of faults and bad input: each row's last
+    cell cites the test that checks it (a test, a test file, a fuzz
+    reproducer or the CI step), or says plainly that no test injects it.
+    That the cited tests exist is test_every_cited_test_exists's part."""
+    rows = [line for line in _read("docs/RELIABILITY.md").splitlines()
+            if line.startswith("|") and not re.match(r"\|\s*(-|fault or bad input|what)\b", line)]
+    assert len(rows) > 100
+    uncited = []
+    for row in rows:
+        last = row.strip().strip("|").split(" | ")[-1]
+        spans = re.findall(r"`([^`]+)`", last)
+        if not any(re.search(r"(^|/)test_\w+|tests/|fuzz/|\.ci/run|scripts/", s) for s in spans) \
+                and not last.startswith("not injected by a test"):
+            uncited.append(row[:100])
+    assert not uncited, uncited
