@@ -21,7 +21,6 @@ import fake_acl
 from conftest import BASE, GiB, MiB
 
 
-
 @dataclasses.dataclass
 class Variant:
     name: str

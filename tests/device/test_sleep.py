@@ -11,7 +11,6 @@ from ascmem import Policy
 from conftest import MiB
 
 
-
 def resident(addr, size):
     """Bytes of [addr, addr + size) in memory now (mincore)."""
     libc = ctypes.CDLL(None, use_errno=True)

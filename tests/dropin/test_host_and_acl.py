@@ -17,7 +17,6 @@ import fake_acl
 from conftest import ROOT
 
 
-
 @pytest.fixture
 def host():
     return ascmem.Device("atlas-inference", backend="host")

@@ -16,7 +16,6 @@ import fake_acl
 from conftest import MiB
 
 
-
 @pytest.fixture
 def dev(acl_a2_device):
     return acl_a2_device

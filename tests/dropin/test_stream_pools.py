@@ -16,7 +16,6 @@ import fake_acl
 from conftest import GiB, MiB
 
 
-
 def props(max_size=1 * GiB, device_id=0, **extra):
     p = {"allocType": 0, "handleType": 0, "location": {"id": device_id, "type": 1},
          "maxSize": max_size}

@@ -100,7 +100,7 @@ def test_every_reliability_row_names_its_test():
     reproducer or the CI step), or says plainly that no test injects it.
     That the cited tests exist is test_every_cited_test_exists's part."""
     rows = [line for line in _read("docs/RELIABILITY.md").splitlines()
-            if line.startswith("|") and not re.match(r"\|\s*(-|fault or bad input|what)\b", line)]
+            if line.startswith("|") and not re.match(r"\|\s*(-|fault or bad input\b|what\b)", line)]
     assert len(rows) > 100
     uncited = []
     for row in rows:

@@ -7,7 +7,6 @@ from slow_tests import SLOW_FILES, SLOW_TESTS
 from conftest import ROOT
 
 
-
 def test_every_slow_entry_exists():
     missing = [f for f in SLOW_FILES if not os.path.exists(os.path.join(ROOT, f))]
     for entry in SLOW_TESTS:

@@ -22,7 +22,6 @@ import ascmem.torch as at  # noqa: E402
 from conftest import MiB, run_child
 
 
-
 @pytest.fixture(scope="module")
 def dev():
     """The default Device, installed for the module; torch's allocator after it."""

@@ -394,9 +394,6 @@ def test_bench_report_names_a_missing_tlsfallocator_and_warns_of_noise(monkeypat
 
 # ---- 47.10: the README installs what a user needs in one command ----------------
 
-
-
-
 def test_readme_installs_the_extras_its_commands_need_in_one_command():
     tomllib = pytest.importorskip("tomllib")
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:

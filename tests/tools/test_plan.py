@@ -12,7 +12,6 @@ from ascmem.trace_data import Event, Trace
 from conftest import GiB, MiB
 
 
-
 def one_block(size, kind=""):
     return Trace([Event("a", 1, size, kind), Event("f", 1, size, kind)], name="one")
 

@@ -10,7 +10,6 @@ from ascmem.torch_expandable import TorchExpandableSegments as E
 from conftest import MiB
 
 
-
 @pytest.mark.parametrize("size,rounded", [(1, 512), (480, 512), (481, 1024), (1000, 1536),
                                           (MiB, MiB + 512)])
 def test_round_size_adds_the_32_byte_pad_then_512_multiples(size, rounded):

@@ -13,7 +13,6 @@ from ascmem.torch_expandable import TorchExpandableSegments as E
 from conftest import KiB, MiB
 
 
-
 def mapped_by_walk(a):
     """Mapped bytes from the blocks themselves, checking that they tile each
     pool's segment and that free neighbours in one state are merged."""

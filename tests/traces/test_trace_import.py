@@ -15,7 +15,6 @@ from ascmem.trace import TraceError
 from conftest import MiB
 
 
-
 def mem(ts, addr, nbytes, dtype=0, did=-1):
     return {"ph": "i", "name": "[memory]", "ts": ts, "pid": 1, "tid": 1,
             "args": {"Addr": addr, "Bytes": nbytes, "Device Type": dtype, "Device Id": did,
