@@ -58,6 +58,24 @@ def allocator(request):
     return make_pool() if request.param == "pool" else make_buddy()
 
 
+def _leaves_slow_out(config):
+    """Whether the -m expression deselects a test marked only slow."""
+    from _pytest.mark.expression import Expression
+    expr = config.option.markexpr
+    try:
+        return bool(expr) and not Expression.compile(expr).evaluate(lambda m: m == "slow")
+    except Exception:  # pytest's private parser changed: collect everything
+        return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under -m "not slow" the files slow_tests.py lists whole are not
+    imported at all (importing torch alone costs seconds)."""
+    from slow_tests import SLOW_FILES
+    path = os.path.relpath(str(collection_path), ROOT).replace(os.sep, "/")
+    return True if path in SLOW_FILES and _leaves_slow_out(config) else None
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks the tests slow_tests.py lists as slow (see pyproject's markers)."""
     from slow_tests import SLOW_FILES, SLOW_TESTS

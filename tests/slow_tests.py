@@ -1,8 +1,10 @@
-"""The tests `pytest -m "not slow"` leaves out: each took 0.4 s or more on
-two shared cores (child interpreters, threads, compilers, hypothesis state
-machines, bisections over real traces), so the rest runs in under a minute.
-conftest.py marks them; tests/project/test_slow_list.py checks every entry still
-names a test.  A new slow test: add it here, or mark it @pytest.mark.slow."""
+"""The tests `pytest -m "not slow"` leaves out: each took 0.3 s or more on
+two shared cores (child interpreters, threads, compilers, torch, hypothesis
+state machines, bisections over real traces), so the rest runs in about a
+minute on a loaded machine.  conftest.py marks them, and under -m "not slow"
+does not even import the files listed whole; tests/project/test_slow_list.py
+checks that every entry still names a test.  A new slow test: add it here, or
+mark it @pytest.mark.slow."""
 
 # every test of these files
 SLOW_FILES = {
@@ -10,11 +12,17 @@ SLOW_FILES = {
     "tests/core/test_stateful.py",
     "tests/device/test_device_properties.py",
     "tests/device/test_sleep_model.py",
+    "tests/ipc/test_ipc.py",
+    "tests/pytorch/test_npu_hooks_abi.py",
+    "tests/pytorch/test_torch_client.py",
     "tests/tools/test_cli.py",
+    "tests/traces/test_trace_scale.py",
 }
 
 # these tests (every parameter of each)
 SLOW_TESTS = {
+    "tests/core/test_call_forms.py::test_a_bound_method_keeps_its_device_alive",
+    "tests/core/test_call_forms.py::test_a_bound_method_keeps_its_pool_alive",
     "tests/core/test_core_faults.py::test_fork_during_gil_free_batch_calls_and_check",
     "tests/core/test_thread_caches.py::test_device_caches_serve_gil_free_threads_exactly",
     "tests/core/test_thread_caches.py::test_device_caches_survive_reset_and_close_under_gil_free_callers",
@@ -25,6 +33,7 @@ SLOW_TESTS = {
     "tests/core/test_threads.py::test_leaked_device_blocks_are_reported",
     "tests/core/test_threads.py::test_no_warning_for_a_clean_pool",
     "tests/core/test_threads.py::test_threads_allocate_with_streams_while_others_reset_walk_and_trim",
+    "tests/device/test_align_tag.py::test_mixed_workload_keeps_the_invariants",
     "tests/device/test_device_faults.py::test_a_constructor_that_fails_half_way_gives_back_what_it_took",
     "tests/device/test_device_faults.py::test_a_device_in_a_reference_cycle_gives_its_memory_back",
     "tests/device/test_device_faults.py::test_a_view_keeps_its_device_memory_mapped",
@@ -37,25 +46,44 @@ SLOW_TESTS = {
     "tests/device/test_paged.py::test_paged_device_unmapped_memory_is_inaccessible",
     "tests/device/test_paged.py::test_physical_efficiency_of_the_real_traces",
     "tests/device/test_paged.py::test_placement_model_shows_the_worst_moment",
+    "tests/device/test_review2_device.py::test_45_1_sleeping_block_freed_on_a_stream_is_not_reused_unmapped_host",
+    "tests/device/test_review2_device.py::test_45_2_buffer_obj_refused_after_free_sleep_and_reset",
     "tests/device/test_runtime_faults.py::test_a_device_collected_without_close_destroys_its_stream_events",
     "tests/device/test_runtime_faults.py::test_a_runtime_call_that_raises_is_a_refusal",
     "tests/device/test_runtime_faults.py::test_an_acl_device_in_a_fork_child_never_calls_the_runtime",
     "tests/device/test_sleep.py::test_sleep_and_wake_count_their_own_granules_while_raw_callers_allocate",
     "tests/device/test_sleep.py::test_sleep_and_wake_keep_addresses_and_contents",
     "tests/device/test_sleep.py::test_sleep_gives_memory_back_past_the_release_threshold",
+    "tests/device/test_sleep.py::test_sleep_without_keep_gives_host_memory_back",
     "tests/device/test_upstream.py::TestGrowingPool",
     "tests/dropin/test_host_and_acl.py::test_a_block_with_live_views_cannot_be_freed",
     "tests/dropin/test_host_and_acl.py::test_debug_mode_reports_an_overrun_at_free",
     "tests/dropin/test_host_and_acl.py::test_dropin_default_device_from_the_environment",
     "tests/dropin/test_host_and_acl.py::test_example_media_to_inference_runs",
     "tests/pytorch/test_snapshot.py::test_rendered_by_torch_memory_viz",
+    "tests/tools/test_new_user.py::test_live_snapshot_follows_a_random_workload",
+    "tests/tools/test_new_user.py::test_live_snapshot_reserved_is_memory_stats",
+    "tests/tools/test_new_user.py::test_memory_stats_invariants_over_random_workloads",
     "tests/tools/test_plan.py::test_the_command_table_json_and_plot",
     "tests/tools/test_raw_cann.py::test_ascmem_packs_below_raw_calls_on_a_small_block_workload",
     "tests/tools/test_raw_cann.py::test_replay_json_has_the_raw_figure",
+    "tests/tools/test_reference_wilderness.py::test_the_commands_take_it",
     "tests/tools/test_torch_caching.py::test_a_replay_and_fit_through_it",
+    "tests/tools/test_torch_expandable.py::test_eager_never_maps_more_than_never_emptying",
+    "tests/tools/test_torch_expandable.py::test_the_peers_replay_and_fit",
     "tests/traces/test_trace.py::test_efficiency_on_a_real_trace_beats_best_fit_and_tlsf",
     "tests/traces/test_trace_columns.py::test_the_fast_path_reads_what_the_csv_reader_reads",
     "tests/traces/test_trace_faults.py::test_fit_resolution_must_be_positive",
+    "tests/traces/test_trace_hostile.py::test_45_15_the_table_says_over_not_zero",
+    "tests/traces/test_trace_hostile.py::test_45_15_zero_in_any_unit_is_a_size",
+    "tests/traces/test_trace_hostile.py::test_45_6_the_cli_answers_a_malformed_trace_with_exit_2_and_one_line",
+    "tests/traces/test_trace_hostile.py::test_45_7_a_gzip_bomb_is_refused_at_the_cap_and_says_so",
+    "tests/traces/test_trace_hostile.py::test_45_8_an_endless_line_fails_at_once",
+    "tests/traces/test_trace_hostile.py::test_47_4_a_json_traces_failure_names_its_event_not_a_line",
+    "tests/traces/test_trace_hostile.py::test_47_4_skipped_frees_show_in_the_table_output",
+    "tests/traces/test_trace_hostile.py::test_47_5_replay_paged_plot_writes_the_mapped_curve",
+    "tests/traces/test_trace_hostile.py::test_mutated_profiler_traces_load_or_are_trace_errors",
+    "tests/traces/test_trace_hostile.py::test_mutated_snapshots_load_or_are_trace_errors",
     "tests/traces/test_trace_import.py::test_cli_replays_a_chrome_trace",
     "tests/traces/test_trace_import.py::test_real_profiler_trace_from_torch",
 }
