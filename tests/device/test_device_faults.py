@@ -1,7 +1,8 @@
-"""Faults and bad input of a Device: raw (GIL-free) callers racing resets,
-collections and forks, debug guard bytes, streams and events, resets,
-limits, collection without close(), typed configuration errors.  Crashes
-and hangs run in a child process (run_child)."""
+"""Faults and bad input of a Device: raw (GIL-free) callers racing resets
+and the collector, debug guard bytes, streams and events, stale pointers
+after resets, limits, growth races, collection without close(), typed
+configuration errors.  Crashes and hangs run in a child process
+(run_child)."""
 import ctypes
 import gc
 import threading
