@@ -181,8 +181,8 @@ static inline int64_t ascm_slab_slot_of(const ascm_pool *p, const ascm_slab *s, 
  * 32 KiB) and, while thread caches are on, its live flag.  One word, so that
  * a cache hands a slot out with one plain store and a free takes it back
  * with one atomic and: with the flag in a bitmap word that other slots
- * share, the hand-out needed a locked or, a quarter of a cached pair
- * (BENCHMARKS.md, "The live flag in the slot's word").  A thread cache
+ * share, the hand-out would need a locked or (docs/ARCHITECTURE.md,
+ * Note [Thread caches]).  A thread cache
  * changes words without the pool lock, and a stale free racing a reset may
  * read one a cache is writing, so every access is atomic (a plain move on
  * x86 but for the and). */

@@ -165,10 +165,8 @@ static double producer_consumer(const backend *b) {
 
 /* The round trip of one cache line between two threads that take turns
  * writing it: what each shared line costs between this machine's cores at
- * the moment.  On this project's 2-vCPU hosts it moves from run to run (one
- * session read ~380 ns, others ~100-130), and with it every multi-thread
- * figure (BENCHMARKS.md, "Where issue 21's open targets end"), so it is
- * printed beside them.  Skipped (0) with one CPU: the turns would wait for
+ * the moment.  On shared virtual machines it moves from run to run, and
+ * with it every multi-thread figure, so it is printed beside them.  Skipped (0) with one CPU: the turns would wait for
  * the scheduler. */
 #define RT_TURNS 200000
 static long rt_turn; /* __atomic */

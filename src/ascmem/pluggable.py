@@ -17,7 +17,7 @@ shim and take alloc and free from it:
     pl.set_hooks(alloc.allocator(), stream_shim=shim)
 
 torch_npu is not available where ascmem is built and tested: the functions
-are exercised through ctypes (tests/test_embedding.py), not through torch_npu.
+are exercised through ctypes (tests/core/test_embedding.py), not through torch_npu.
 """
 
 import ctypes

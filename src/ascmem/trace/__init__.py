@@ -551,7 +551,7 @@ def _compiled(trace, allocator, curve, snapshot):
 
 def _replay_compiled(trace, allocator, stop_at_failure, progress):
     """replay()'s report, from the compiled loop: the same figures as the
-    loop in Python (tests/test_trace_scale.py compares them)."""
+    loop in Python (tests/traces/test_trace_scale.py compares them)."""
     from ascmem._core import replay_columns
     from ascmem.trace.data import KIND_NAMES
     c = trace.columns
