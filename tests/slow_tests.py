@@ -21,6 +21,7 @@ SLOW_FILES = {
 
 # these tests (every parameter of each)
 SLOW_TESTS = {
+    "tests/project/test_module_paths.py::test_python_dash_m_ascmem_runs_the_cli",
     "tests/core/test_call_forms.py::test_a_bound_method_keeps_its_device_alive",
     "tests/core/test_call_forms.py::test_a_bound_method_keeps_its_pool_alive",
     "tests/core/test_core_faults.py::test_fork_during_gil_free_batch_calls_and_check",
