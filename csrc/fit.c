@@ -60,11 +60,17 @@ ASCM_SPECIALISED ascm_fit_bins *bins_at(ascm_fit *f, uint32_t r, int regions) {
     return regions && r ? &f->extra[r - 1] : &f->one;
 }
 
+/* The region unit off lies in: the last one takes the rest of the range. */
+static inline uint32_t region_of(const ascm_fit *f, uint32_t off) {
+    uint32_t r = (uint32_t)((uint64_t)off >> f->region_shift);
+    return r < f->nregions ? r : f->nregions - 1;
+}
+
 /* Into the bins of the region its start lies in (a node keeps that region
  * while it stays free, even if its start moves on: see ascm_fit_take). */
 ASCM_SPECIALISED void bin_insert(ascm_fit *f, uint32_t i, int regions) {
     ascm_fit_node *n = &f->nodes[i];
-    uint32_t b = bin_of(n->len), r = regions ? n->off >> f->region_shift : 0;
+    uint32_t b = bin_of(n->len), r = regions ? region_of(f, n->off) : 0;
     ascm_fit_bins *B = bins_at(f, r, regions);
     n->bin = (uint16_t)(b | (r << ASCM_FIT_BIN_BITS));
     n->is_free = 1;
@@ -107,7 +113,7 @@ static inline uint32_t next_bin(const ascm_fit_bins *B, uint32_t b) {
 /* Whether unit off starts a region other than the first: free blocks do
  * not merge across it. */
 ASCM_SPECIALISED int region_start(const ascm_fit *f, uint32_t off, int regions) {
-    return regions && off && !(off & f->region_mask);
+    return regions && off && !(off & f->region_mask) && ((uint64_t)off >> f->region_shift) < f->nregions;
 }
 
 /* Makes room for two new nodes, so that node_take cannot fail or move the
@@ -168,7 +174,8 @@ void ascm_fit_reset(ascm_fit *f) {
     f->nused = 1 + f->nregions;
     for (uint32_t r = 0; r < f->nregions; r++) {
         ascm_fit_node *n = &f->nodes[1 + r];
-        uint64_t start = (uint64_t)r << f->region_shift, end = start + f->region_mask + 1ull;
+        uint64_t start = (uint64_t)r << f->region_shift;
+        uint64_t end = r + 1 < f->nregions ? start + f->region_mask + 1ull : f->nunits;
         memset(n, 0, sizeof *n);
         n->off = (uint32_t)start;
         n->len = (uint32_t)((end < f->nunits ? end : f->nunits) - start);
@@ -187,11 +194,13 @@ int ascm_fit_init(ascm_fit *f, uint64_t nunits, uint32_t nregions) {
     f->region_mask = UINT32_MAX;
     if (nregions > ASCM_FIT_MAX_REGIONS) nregions = ASCM_FIT_MAX_REGIONS;
     if (nregions > 1 && nunits >= nregions) {
-        /* the smallest power of two of units that cuts the range into at
-         * most nregions parts */
+        /* regions of the largest power of two of units of which nregions
+         * fit in the range, the last taking the rest: a region's size is a
+         * fixed part of the range (between 1/(2 nregions) and 1/nregions),
+         * whatever the range's size */
         unsigned shift = 0;
-        while (((nunits - 1) >> shift) + 1 > nregions) shift++;
-        f->nregions = (uint32_t)(((nunits - 1) >> shift) + 1);
+        while (((uint64_t)nregions << (shift + 1)) <= nunits) shift++;
+        f->nregions = nregions;
         if (f->nregions > 1) {
             f->region_shift = shift;
             f->region_mask = (uint32_t)((1ull << shift) - 1);
