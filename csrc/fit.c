@@ -401,7 +401,7 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
      * benchmark) needs no node at all. */
     if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     ascm_fit_node *blk = &f->nodes[x];
-    if (high && blk->len < n * HIGH_REGION) high = 0;
+    if (high && !regions && blk->len < n * HIGH_REGION) high = 0; /* paged pools: see above */
     uint64_t placed = regions && g ? granule_place(blk->off, blk->len, n, g) : blk->off;
     if (!high && placed == blk->off && blk->len > n && !(blk->off & (align_units - 1)) &&
         bin_of(blk->len - n) == (regions ? blk->bin & BIN_MASK : blk->bin)) {
@@ -427,6 +427,20 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
     return ASCM_OK;
 }
 
+/* Large blocks from the top (paged pools): in a region other than the
+ * first, a block of HIGH_GRANULES granules or more takes the high end of
+ * the free block best fit chose, smaller ones its low end (the granule
+ * rules above).  The large blocks of a step (activations of a resolution,
+ * a layer's weights) and the blocks of a few granules then fill the
+ * region's free space from its two ends, as if each had a region of its
+ * own, with no boundary between them whose place would depend on the
+ * range.  Eight: on the shipped traces at 2 MiB, the two multi-resolution
+ * CNNs 0.968 -> 0.979 and 0.965 -> 0.977, the decoder's KV cache at
+ * 64 KiB 0.979 -> 0.990; four scattered batch_inference (0.998 -> 0.992)
+ * and convnext, sixteen lost the CNNs' gain (docs/ARCHITECTURE.md, Note
+ * [Size-class regions]). */
+#define HIGH_GRANULES 8u
+
 /* `inline`: a hint for LTO to inline it into the pool's one caller, as it
  * did before regions. */
 inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *out) {
@@ -435,7 +449,8 @@ inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high
 
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *out) {
-    return take(f, n, align_units, 0, region, granule, out, 1);
+    int high = granule && region && n >= HIGH_GRANULES * granule;
+    return take(f, n, align_units, high, region, granule, out, 1);
 }
 
 /* ---- mapped granules first (paged pools; the pool decides which requests)
