@@ -333,6 +333,27 @@ static inline uint64_t granule_place(uint64_t off, uint64_t len, uint64_t n, uin
     return best;
 }
 
+/* Where n units go at the high end of the free block [off, off + len)
+ * (large blocks from the top, below): against the block's end, or moved
+ * down to the granule boundary at or below that start, or to end at the
+ * last granule boundary in the block, whichever spans the fewest granules
+ * (ties: the highest).  Against the end alone, a block that is not a whole
+ * number of granules leaves the next one below it a start inside a granule,
+ * and every large block after it straddles one granule more. */
+static inline uint64_t granule_place_high(uint64_t off, uint64_t len, uint64_t n, uint64_t g) {
+    uint64_t end = off + len, top = end - n;
+    uint64_t c[2] = {top & ~(g - 1), (end & ~(g - 1)) - n}, best = top, best_span = span(top, n, g);
+    for (int i = 0; i < 2; i++) {
+        if (c[i] < off || c[i] > top) continue; /* (end & ~(g - 1)) - n may wrap: caught here */
+        uint64_t sp = span(c[i], n, g);
+        if (sp < best_span || (sp == best_span && c[i] > best)) {
+            best = c[i];
+            best_span = sp;
+        }
+    }
+    return best;
+}
+
 /* Best fit among the free blocks of B that hold n units from a granule
  * boundary, looking at a few non-empty bins from n's; 0 if none of those
  * does (the caller then asks for n + g - 1 units, which any block holds). */
@@ -420,8 +441,9 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
         *out = u;
         return ASCM_OK;
     }
-    uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
-                          : regions && g ? placed : (blk->off + align_units - 1) & ~(align_units - 1);
+    uint64_t start = high && regions && g ? granule_place_high(blk->off, blk->len, n, g)
+                     : high ? (blk->off + blk->len - n) & ~(align_units - 1)
+                            : regions && g ? placed : (blk->off + align_units - 1) & ~(align_units - 1);
     carve(f, x, start, n, regions);
     *out = x;
     return ASCM_OK;
