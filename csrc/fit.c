@@ -311,7 +311,10 @@ static uint32_t fuse_run(ascm_fit *f, uint64_t need) {
  * Limits (docs/ARCHITECTURE.md, Note [Granule rules]): sixteen granules,
  * since larger blocks are a growing cache's, which the rule scatters; not
  * under a granule, where it scatters a growing cache over many granules
- * (scripts/paged_placement_sim.py models the rules on every trace). */
+ * (scripts/paged_placement_sim.py models the rules on every trace).  Blocks
+ * of six granules or more outside the first region go to the high end of
+ * their hole instead, placed by granule_place_high (large blocks from the
+ * top, below). */
 static inline int whole_granules(uint64_t n, uint64_t g) { return n >= g && ((0 - n) & (g - 1)) <= g / 16; }
 
 static inline uint64_t span(uint64_t s, uint64_t n, uint64_t g) { return (s + n - 1) / g - s / g; }
@@ -451,17 +454,18 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
 
 /* Large blocks from the top (paged pools): in a region other than the
  * first, a block of HIGH_GRANULES granules or more takes the high end of
- * the free block best fit chose, smaller ones its low end (the granule
- * rules above).  The large blocks of a step (activations of a resolution,
- * a layer's weights) and the blocks of a few granules then fill the
- * region's free space from its two ends, as if each had a region of its
- * own, with no boundary between them whose place would depend on the
- * range.  Eight: on the shipped traces at 2 MiB, the two multi-resolution
- * CNNs 0.968 -> 0.979 and 0.965 -> 0.977, the decoder's KV cache at
- * 64 KiB 0.979 -> 0.990; four scattered batch_inference (0.998 -> 0.992)
- * and convnext, sixteen lost the CNNs' gain (docs/ARCHITECTURE.md, Note
+ * the free block best fit chose (placed by granule_place_high), smaller
+ * ones its low end (the granule rules above).  The large blocks of a step
+ * (activations of a resolution, a layer's weights) and the blocks of a few
+ * granules then fill the region's free space from its two ends, as if each
+ * had a region of its own, with no boundary between them whose place would
+ * depend on the range.  Six, at 2 MiB: the two multi-resolution CNNs
+ * 0.968 -> 0.979 and 0.965 -> 0.977, resnet18_train 0.980 -> 0.985, the
+ * SDXL-shaped UNet at real scale 0.987 -> 0.996 (its 6.25-granule
+ * activations); eight kept the UNet at 0.987 and resnet18 at 0.975, four
+ * to six are alike; sixteen lost the CNNs' gain (docs/ARCHITECTURE.md, Note
  * [Size-class regions]). */
-#define HIGH_GRANULES 8u
+#define HIGH_GRANULES 6u
 
 /* `inline`: a hint for LTO to inline it into the pool's one caller, as it
  * did before regions. */

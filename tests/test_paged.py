@@ -55,14 +55,14 @@ def test_mapped_follows_the_live_blocks():
 @pytest.mark.parametrize("size", [4 * MiB, 64 * MiB])
 def test_release_threshold_keeps_free_granules_mapped_until_trim(size):
     p = ascmem.Pool(size, base=BASE, granule=G, release_threshold=4 * G)
-    a = p.alloc(10 * G)
-    assert p.stats()["mapped"] == 10 * G
+    a = p.alloc(5 * G)  # under six granules: at the low end of its region (fit.c)
+    assert p.stats()["mapped"] == 5 * G
     p.free(a)
     s = p.stats()
-    assert s["mapped"] == 4 * G and s["pages_in_use"] == 0  # four kept, six unmapped
+    assert s["mapped"] == 4 * G and s["pages_in_use"] == 0  # four kept, one unmapped
     calls = s["map_calls"]
-    b = p.alloc(9 * G)  # the same size class, where the kept granules are: they serve
-    assert p.stats()["map_calls"] == calls + 1 and p.stats()["mapped"] == 9 * G
+    b = p.alloc(5 * G)  # the same region, where the kept granules are: they serve
+    assert p.stats()["map_calls"] == calls + 1 and p.stats()["mapped"] == 5 * G
     p.free(b)
     c = p.alloc(3 * G)  # in the large blocks' region, in the kept granules: no map call
     assert p.stats()["map_calls"] == calls + 1
@@ -133,8 +133,13 @@ def test_physical_efficiency_of_the_real_traces():
     """The figures BENCHMARKS.md quotes, pinned so that a placement change
     that loses physical efficiency on a real trace is seen."""
     floor = {"resnet50_multires": (0.97, 0.995), "encoder_varlen": (0.96, 0.995),
-             "decoder_kvcache": (0.93, 0.99),
-             "unet_multires": (0.99, 0.995), "vit_train": (0.98, 0.995),
+             # 0.985 at 64 KiB since blocks of six granules and more go to the
+             # top of their hole (0.990 before; fit.c, large blocks from the top)
+             "decoder_kvcache": (0.93, 0.98),
+             "unet_multires": (0.99, 0.995),
+             # 0.979 at 2 MiB in two regions (0.981 in 16 class regions of a
+             # 64 GiB range, 0.979 in a range of 4x its peak)
+             "vit_train": (0.975, 0.995),
              # below the issue's 0.95 at 2 MiB (bound 0.936): 7.5 MiB live, in
              # many small blocks; 0.99 at 64 KiB since the position rule
              # covers its blocks of 9 granules (fit.c)
