@@ -78,7 +78,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     resolution = (1 << 20) if args.quick else 64 << 10
     heads = ["pool", "bf", "bf-wild"] + [
-        c.replace("paged", "pg").replace("expandable", "exp") for c in COLUMNS[3:]]
+        c.replace("paged", "pg").replace("bf+unmap", "bf+um").replace("expandable", "exp")
+        for c in COLUMNS[3:]]
     print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
           f"{resolution >> 10} KiB) or peak mapped (paged); * held out")
     print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))
