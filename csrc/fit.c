@@ -25,16 +25,16 @@
  * so a freed block merges with free neighbours in O(1).
  *
  * Regions (paged pools only; a contiguous pool has one): the range is cut
- * into equal regions, each with bins of its own, and the pool sends each
- * size class to a region of its own (pool.c, region_for).  Free blocks do
- * not merge across a region boundary, so a class keeps its region's space;
- * a request its region cannot serve takes best fit in the nearest region
- * that can, and one no single free block can serve joins free neighbours
- * across boundaries (fuse_run).  Why: in a paged pool a granule is mapped
- * while any live byte is in it; blocks of one size class have similar
- * lifetimes, and mixed in one region the long-lived ones pin granules the
- * short-lived ones leave (the figures are in pool_lifecycle.c, which cuts
- * the range into regions).
+ * into regions of a power of two of units, the last taking the rest, each
+ * with bins of its own, and the pool sends each size class to a region
+ * (pool.c, region_for: blocks under a granule to the first, larger ones to
+ * the second).  Free blocks do not merge across a region boundary, so a
+ * class keeps its region's space; a request its region cannot serve takes
+ * best fit in the nearest region that can, and one no single free block
+ * can serve joins free neighbours across boundaries (fuse_run).  Why: in a
+ * paged pool a granule is mapped while any live byte is in it, and small
+ * blocks mixed among large ones pin granules the large ones leave (the
+ * figures, and why two regions, are in pool_lifecycle.c).
  */
 #include "internal.h"
 
