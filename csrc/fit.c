@@ -25,16 +25,16 @@
  * so a freed block merges with free neighbours in O(1).
  *
  * Regions (paged pools only; a contiguous pool has one): the range is cut
- * into equal regions, each with bins of its own, and the pool sends each
- * size class to a region of its own (pool.c, region_for).  Free blocks do
- * not merge across a region boundary, so a class keeps its region's space;
- * a request its region cannot serve takes best fit in the nearest region
- * that can, and one no single free block can serve joins free neighbours
- * across boundaries (fuse_run).  Why: in a paged pool a granule is mapped
- * while any live byte is in it; blocks of one size class have similar
- * lifetimes, and mixed in one region the long-lived ones pin granules the
- * short-lived ones leave (the figures are in pool_lifecycle.c, which cuts
- * the range into regions).
+ * into regions of a power of two of units, the last taking the rest, each
+ * with bins of its own, and the pool sends each size class to a region
+ * (pool.c, region_for: blocks under a granule to the first, larger ones to
+ * the second).  Free blocks do not merge across a region boundary, so a
+ * class keeps its region's space; a request its region cannot serve takes
+ * best fit in the nearest region that can, and one no single free block
+ * can serve joins free neighbours across boundaries (fuse_run).  Why: in a
+ * paged pool a granule is mapped while any live byte is in it, and small
+ * blocks mixed among large ones pin granules the large ones leave (the
+ * figures, and why two regions, are in pool_lifecycle.c).
  */
 #include "internal.h"
 
@@ -60,11 +60,17 @@ ASCM_SPECIALISED ascm_fit_bins *bins_at(ascm_fit *f, uint32_t r, int regions) {
     return regions && r ? &f->extra[r - 1] : &f->one;
 }
 
+/* The region unit off lies in: the last one takes the rest of the range. */
+static inline uint32_t region_of(const ascm_fit *f, uint32_t off) {
+    uint32_t r = (uint32_t)((uint64_t)off >> f->region_shift);
+    return r < f->nregions ? r : f->nregions - 1;
+}
+
 /* Into the bins of the region its start lies in (a node keeps that region
  * while it stays free, even if its start moves on: see ascm_fit_take). */
 ASCM_SPECIALISED void bin_insert(ascm_fit *f, uint32_t i, int regions) {
     ascm_fit_node *n = &f->nodes[i];
-    uint32_t b = bin_of(n->len), r = regions ? n->off >> f->region_shift : 0;
+    uint32_t b = bin_of(n->len), r = regions ? region_of(f, n->off) : 0;
     ascm_fit_bins *B = bins_at(f, r, regions);
     n->bin = (uint16_t)(b | (r << ASCM_FIT_BIN_BITS));
     n->is_free = 1;
@@ -107,7 +113,7 @@ static inline uint32_t next_bin(const ascm_fit_bins *B, uint32_t b) {
 /* Whether unit off starts a region other than the first: free blocks do
  * not merge across it. */
 ASCM_SPECIALISED int region_start(const ascm_fit *f, uint32_t off, int regions) {
-    return regions && off && !(off & f->region_mask);
+    return regions && off && !(off & f->region_mask) && ((uint64_t)off >> f->region_shift) < f->nregions;
 }
 
 /* Makes room for two new nodes, so that node_take cannot fail or move the
@@ -168,7 +174,8 @@ void ascm_fit_reset(ascm_fit *f) {
     f->nused = 1 + f->nregions;
     for (uint32_t r = 0; r < f->nregions; r++) {
         ascm_fit_node *n = &f->nodes[1 + r];
-        uint64_t start = (uint64_t)r << f->region_shift, end = start + f->region_mask + 1ull;
+        uint64_t start = (uint64_t)r << f->region_shift;
+        uint64_t end = r + 1 < f->nregions ? start + f->region_mask + 1ull : f->nunits;
         memset(n, 0, sizeof *n);
         n->off = (uint32_t)start;
         n->len = (uint32_t)((end < f->nunits ? end : f->nunits) - start);
@@ -187,11 +194,13 @@ int ascm_fit_init(ascm_fit *f, uint64_t nunits, uint32_t nregions) {
     f->region_mask = UINT32_MAX;
     if (nregions > ASCM_FIT_MAX_REGIONS) nregions = ASCM_FIT_MAX_REGIONS;
     if (nregions > 1 && nunits >= nregions) {
-        /* the smallest power of two of units that cuts the range into at
-         * most nregions parts */
+        /* regions of the largest power of two of units of which nregions
+         * fit in the range, the last taking the rest: a region's size is a
+         * fixed part of the range (between 1/(2 nregions) and 1/nregions),
+         * whatever the range's size */
         unsigned shift = 0;
-        while (((nunits - 1) >> shift) + 1 > nregions) shift++;
-        f->nregions = (uint32_t)(((nunits - 1) >> shift) + 1);
+        while (((uint64_t)nregions << (shift + 1)) <= nunits) shift++;
+        f->nregions = nregions;
         if (f->nregions > 1) {
             f->region_shift = shift;
             f->region_mask = (uint32_t)((1ull << shift) - 1);
@@ -302,7 +311,10 @@ static uint32_t fuse_run(ascm_fit *f, uint64_t need) {
  * Limits (docs/ARCHITECTURE.md, Note [Granule rules]): sixteen granules,
  * since larger blocks are a growing cache's, which the rule scatters; not
  * under a granule, where it scatters a growing cache over many granules
- * (scripts/paged_placement_sim.py models the rules on every trace). */
+ * (scripts/paged_placement_sim.py models the rules on every trace).  Blocks
+ * of six granules or more outside the first region go to the high end of
+ * their hole instead, placed by granule_place_high (large blocks from the
+ * top, below). */
 static inline int whole_granules(uint64_t n, uint64_t g) { return n >= g && ((0 - n) & (g - 1)) <= g / 16; }
 
 static inline uint64_t span(uint64_t s, uint64_t n, uint64_t g) { return (s + n - 1) / g - s / g; }
@@ -317,6 +329,27 @@ static inline uint64_t granule_place(uint64_t off, uint64_t len, uint64_t n, uin
         if (c[i] < off || c[i] > end - n) continue; /* (end & ~(g - 1)) - n may wrap: caught here */
         uint64_t sp = span(c[i], n, g);
         if (sp < best_span || (sp == best_span && c[i] < best)) {
+            best = c[i];
+            best_span = sp;
+        }
+    }
+    return best;
+}
+
+/* Where n units go at the high end of the free block [off, off + len)
+ * (large blocks from the top, below): against the block's end, or moved
+ * down to the granule boundary at or below that start, or to end at the
+ * last granule boundary in the block, whichever spans the fewest granules
+ * (ties: the highest).  Against the end alone, a block that is not a whole
+ * number of granules leaves the next one below it a start inside a granule,
+ * and every large block after it straddles one granule more. */
+static inline uint64_t granule_place_high(uint64_t off, uint64_t len, uint64_t n, uint64_t g) {
+    uint64_t end = off + len, top = end - n;
+    uint64_t c[2] = {top & ~(g - 1), (end & ~(g - 1)) - n}, best = top, best_span = span(top, n, g);
+    for (int i = 0; i < 2; i++) {
+        if (c[i] < off || c[i] > top) continue; /* (end & ~(g - 1)) - n may wrap: caught here */
+        uint64_t sp = span(c[i], n, g);
+        if (sp < best_span || (sp == best_span && c[i] > best)) {
             best = c[i];
             best_span = sp;
         }
@@ -392,7 +425,7 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
      * benchmark) needs no node at all. */
     if (ASCM_UNLIKELY(nodes_reserve(f) != ASCM_OK)) return ASCM_ERR_HOSTMEM;
     ascm_fit_node *blk = &f->nodes[x];
-    if (high && blk->len < n * HIGH_REGION) high = 0;
+    if (high && !regions && blk->len < n * HIGH_REGION) high = 0; /* paged pools: see above */
     uint64_t placed = regions && g ? granule_place(blk->off, blk->len, n, g) : blk->off;
     if (!high && placed == blk->off && blk->len > n && !(blk->off & (align_units - 1)) &&
         bin_of(blk->len - n) == (regions ? blk->bin & BIN_MASK : blk->bin)) {
@@ -411,12 +444,28 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
         *out = u;
         return ASCM_OK;
     }
-    uint64_t start = high ? (blk->off + blk->len - n) & ~(align_units - 1)
-                          : regions && g ? placed : (blk->off + align_units - 1) & ~(align_units - 1);
+    uint64_t start = high && regions && g ? granule_place_high(blk->off, blk->len, n, g)
+                     : high ? (blk->off + blk->len - n) & ~(align_units - 1)
+                            : regions && g ? placed : (blk->off + align_units - 1) & ~(align_units - 1);
     carve(f, x, start, n, regions);
     *out = x;
     return ASCM_OK;
 }
+
+/* Large blocks from the top (paged pools): in a region other than the
+ * first, a block of HIGH_GRANULES granules or more takes the high end of
+ * the free block best fit chose (placed by granule_place_high), smaller
+ * ones its low end (the granule rules above).  The large blocks of a step
+ * (activations of a resolution, a layer's weights) and the blocks of a few
+ * granules then fill the region's free space from its two ends, as if each
+ * had a region of its own, with no boundary between them whose place would
+ * depend on the range.  Six, at 2 MiB: the two multi-resolution CNNs
+ * 0.968 -> 0.979 and 0.965 -> 0.977, resnet18_train 0.980 -> 0.985, the
+ * SDXL-shaped UNet at real scale 0.987 -> 0.996 (its 6.25-granule
+ * activations); eight kept the UNet at 0.987 and resnet18 at 0.975, four
+ * to six are alike; sixteen lost the CNNs' gain (docs/ARCHITECTURE.md, Note
+ * [Size-class regions]). */
+#define HIGH_GRANULES 6u
 
 /* `inline`: a hint for LTO to inline it into the pool's one caller, as it
  * did before regions. */
@@ -426,7 +475,8 @@ inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high
 
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *out) {
-    return take(f, n, align_units, 0, region, granule, out, 1);
+    int high = granule && region && n >= HIGH_GRANULES * granule;
+    return take(f, n, align_units, high, region, granule, out, 1);
 }
 
 /* ---- mapped granules first (paged pools; the pool decides which requests)

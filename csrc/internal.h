@@ -270,9 +270,10 @@ typedef struct ascm_fit_bins {
     uint64_t words; /* bit w: bits[w] != 0 */
 } ascm_fit_bins;
 
-/* Regions (paged pools, see fit.c): the range is cut into nregions equal
- * parts, each with bins of its own; a free node's bin field holds its bin in
- * the low bits and its region above them. */
+/* Regions (paged pools, see fit.c): the range is cut into nregions parts
+ * of 2^region_shift units, the last taking the rest, each with bins of its
+ * own; a free node's bin field holds its bin in the low bits and its region
+ * above them. */
 #define ASCM_FIT_BIN_BITS 11 /* ASCM_FIT_BINS <= 2^11 */
 #define ASCM_FIT_MAX_REGIONS 32u /* 16-bit bin field: 5 bits of region */
 
@@ -282,7 +283,7 @@ typedef struct ascm_fit {
     ascm_fit_node *nodes; /* nodes[0] is the null node */
     uint32_t ncap, nused, recycled;
     uint32_t nregions;
-    uint32_t region_mask;  /* units per region - 1 (one region: 2^32 - 1) */
+    uint32_t region_mask;  /* units per region but the last - 1 (one region: 2^32 - 1) */
     unsigned region_shift; /* log2 of units per region (one region: 32) */
     ascm_fit_bins one;     /* the bins of region 0, the only one of most pools */
     ascm_fit_bins *extra;  /* regions 1 .. nregions - 1 */

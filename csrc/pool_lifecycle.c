@@ -5,25 +5,26 @@
 
 #include <stdlib.h>
 
-/* Paged pools place each size class in a region of the range of its own
- * (fit.c): blocks under a granule and slab storage in the first, then blocks
- * of [1, 2), [2, 4), [4, 8) ... granules, the largest classes sharing the
- * last region.  In a paged pool a granule stays mapped while any live byte
- * is in it; in one region, long-lived blocks pin the granules short-lived
- * blocks of other sizes leave; blocks of one class have similar lifetimes
- * (docs/ARCHITECTURE.md, Note [Size-class regions]; scripts/
- * paged_placement_sim.py tries other rules on every trace before they are
- * written here).  A region is at least REGION_GRANULES granules,
- * so small ranges keep one. */
-#define PAGED_REGIONS 16u
-#define REGION_GRANULES 64u
+/* Paged pools place blocks under a granule (slab storage included) and
+ * blocks of a granule or more in two regions of the range (fit.c): in a
+ * paged pool a granule stays mapped while any live byte is in it, and small
+ * blocks among large ones pin the granules the large ones leave.  Two, not
+ * a region per size class: a region is a fixed part of the range (fit.c),
+ * and regions small enough to fill up send blocks elsewhere, so that the
+ * placement -- and the memory mapped -- moved with the range's size (at
+ * 2 MiB granules a class region of a quarter of the peak held no block of a
+ * large class).  Two regions of a quarter and three quarters of a range
+ * of four times the peak do not fill up; figures in docs/ARCHITECTURE.md,
+ * Note [Size-class regions].  A range of under MIN_REGION_GRANULES granules
+ * keeps one region, whose boundary would fall inside a granule. */
+#define PAGED_REGIONS 2u
+#define MIN_REGION_GRANULES 4u
 
 /* Words of sizes_freed: a bit per size in units, up to a granule. */
 static size_t sizes_freed_words(uint64_t page, uint64_t gran) { return (size_t)((page / gran) >> 6) + 1; }
 
 static uint32_t paged_regions(const ascm_pool *p) {
-    uint64_t regions = (p->size >> p->pshift) / REGION_GRANULES;
-    return regions < 1 ? 1 : regions > PAGED_REGIONS ? PAGED_REGIONS : (uint32_t)regions;
+    return (p->size >> p->pshift) >= MIN_REGION_GRANULES ? PAGED_REGIONS : 1;
 }
 
 int ascm_pool_create(const ascm_pool_config *cfg, ascm_pool **out) {

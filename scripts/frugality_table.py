@@ -1,17 +1,21 @@
 """The frugality table of issue 42: per trace, the contiguous Pool against
 textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
-64 GiB, best fit + unmapping of fully free granules, and the bound (peak live
-over the whole granules it needs).  Held-out traces (tests/data/heldout/,
+64 GiB, best fit + unmapping of fully free granules, torch_npu's expandable
+segments (ascmem.torch_expandable: pages unmapped never -- only on the last
+retry before out-of-memory -- or eagerly, as soon as they are free), and the
+bound (peak live over the whole granules it needs).  Held-out traces (tests/data/heldout/,
 recorded by scripts/record_heldout_traces.py and kept out of tuning) are
 marked with *.
 
     python scripts/frugality_table.py [--quick] [--json OUT] [--only NAME ...] [trace ...]
 
 Traces: the recorded pipeline (../shared/traces) when present, every shipped
-example, every held-out trace, then any file given.  Contiguous figures come
-from `ascmem fit`'s bisection (ascmem.trace.min_capacity, 64 KiB; --quick:
-1 MiB), paged ones from ascmem.trace.physical_efficiency.
+example, every held-out trace, then any file given.  Contiguous figures, and
+expandable segments that never unmap, come from `ascmem fit`'s bisection
+(ascmem.trace.min_capacity, 64 KiB; --quick: 1 MiB), paged ones from
+ascmem.trace.physical_efficiency, eager expandable segments from one replay
+(ascmem.bench.expandable_eager_efficiency).
 """
 import argparse
 import glob
@@ -20,6 +24,7 @@ import os
 import sys
 
 import ascmem.trace as tr
+from ascmem.bench import expandable_eager_efficiency
 from ascmem.reference import bestfit_unmapped_peak
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,7 +33,8 @@ SHARED = os.path.join(HERE, "..", "..", "..", "shared", "traces", "pipeline.csv.
 GRANULES = ((2 << 20, "2M"), (64 << 10, "64K"))
 COLUMNS = ["pool", "bestfit", "bestfit-wilderness"] + [
     f"paged{g}@{r}" for _, g in GRANULES for r in ("4x", "64G")] + [
-    f"bf+unmap{g}" for _, g in GRANULES] + [f"bound{g}" for _, g in GRANULES]
+    f"bf+unmap{g}" for _, g in GRANULES] + ["expandable", "expandable-eager"] + [
+    f"bound{g}" for _, g in GRANULES]
 
 
 def traces(extra):
@@ -52,6 +58,8 @@ def row(t, resolution):
             r[f"paged{label}@{rng}"] = tr.physical_efficiency(t, g, range_size=size)[0]
         r[f"bf+unmap{label}"] = peak / bestfit_unmapped_peak(t, g)
         r[f"bound{label}"] = peak / (-(-peak // g) * g)
+    r["expandable"] = tr.efficiency(t, "torch-expandable", resolution)[0]
+    r["expandable-eager"] = expandable_eager_efficiency(t)
     return r
 
 
@@ -69,7 +77,9 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     resolution = (1 << 20) if args.quick else 64 << 10
-    heads = ["pool", "bf", "bf-wild"] + [c.replace("paged", "pg") for c in COLUMNS[3:]]
+    heads = ["pool", "bf", "bf-wild"] + [
+        c.replace("paged", "pg").replace("bf+unmap", "bf+um").replace("expandable", "exp")
+        for c in COLUMNS[3:]]
     print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
           f"{resolution >> 10} KiB) or peak mapped (paged); * held out")
     print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))

@@ -457,16 +457,16 @@ static void test_pool_handles(void) {
     }
 }
 
-/* A paged pool large enough for class regions (fit.c): random mixed sizes
+/* A paged pool's two regions (fit.c, pool_lifecycle.c): random mixed sizes
  * stay consistent; a block larger than a region joins free neighbours across
- * boundaries; an empty pool is whole again (largest_free = capacity) and
+ * the boundary; an empty pool is whole again (largest_free = capacity) and
  * serves one block of its whole range. */
 static void test_paged_regions(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1ull << 36, .size = 64u << 20, .min_block = 4096,
                             .page_size = 64u << 10, .paged = 1};
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
-    CHECK(p->fit.nregions == 16); /* 1024 granules: 16 regions of 64 */
+    CHECK(p->fit.nregions == 2); /* 1024 granules: two regions of 512 */
     enum { N = 512 };
     static uint64_t live[N];
     memset(live, 0, sizeof live);
@@ -491,7 +491,7 @@ static void test_paged_regions(void) {
     ascm_pool_stats(p, &st);
     CHECK(st.live_count == 0 && st.free == st.capacity && st.largest_free == st.capacity);
     uint64_t a, b, c;
-    CHECK(ascm_pool_alloc(p, 9u << 20, 64, &a) == ASCM_OK); /* over two regions: joined */
+    CHECK(ascm_pool_alloc(p, 40u << 20, 64, &a) == ASCM_OK); /* over two regions: joined */
     CHECK(ascm_pool_alloc(p, 100u << 10, 64, &b) == ASCM_OK);
     POOL_OK(p);
     CHECK(ascm_pool_free(p, a) == ASCM_OK && ascm_pool_free(p, b) == ASCM_OK);
@@ -518,7 +518,7 @@ static void test_paged_mapped_first(void) {
     ascm_pool_config cfg = {.base = B, .size = 2ull << 30, .min_block = U, .page_size = G, .paged = 1};
     ascm_pool *p;
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
-    CHECK(p->fit.nregions == 16);
+    CHECK(p->fit.nregions == 2);
     /* units: a [0, 400) t1a, t1b [400, 1100) b [1100, 1200) t2a, t2b [1200, 2000) c [2000, 2100) */
     const uint64_t sizes[7] = {400, 350, 350, 100, 400, 400, 100};
     uint64_t at[7], x, y;
@@ -566,24 +566,32 @@ static void test_paged_mapped_first(void) {
     CHECK(p->sizes_freed[250 >> 6] >> (250 & 63) & 1);
     ascm_pool_reset(p); /* forgets the sizes freed */
     CHECK(!(p->sizes_freed[250 >> 6] >> (250 & 63) & 1));
-    /* a kept block whose granule went, with no mapped place for its size
-     * anywhere: reused in place (not handed to best fit and placed again) */
+    /* a kept block neither of whose edge granules is mapped any more goes
+     * back to best fit (which, the pool empty, gives the same place), not
+     * reused in place */
     CHECK(ascm_pool_alloc(p, 250 * U, 64, &x) == ASCM_OK && x == B);
     CHECK(ascm_pool_free(p, x) == ASCM_OK);
-    CHECK(ascm_pool_alloc(p, 250 * U, 64, &y) == ASCM_OK && y == x && p->kept_reused);
+    CHECK(ascm_pool_alloc(p, 250 * U, 64, &y) == ASCM_OK && y == x && !p->kept_reused);
     POOL_OK(p);
     ascm_pool_destroy(p);
 }
 
-static void test_paged_granule_placement(void) {
-    ascm_pool *p;
-    const uint64_t G = 64u << 10, R1 = (1ull << 36) + (4u << 20), R2 = (1ull << 36) + (8u << 20);
-    ascm_pool_config cfg = {.base = 1ull << 36, .size = 64u << 20, .min_block = 4096, .page_size = G,
-                            .paged = 1};
+/* A paged pool of 64 MiB in 64 KiB granules: blocks of a granule or more
+ * go to its second region, the upper half (pool_lifecycle.c). */
+static ascm_pool *granule_pool(void) {
+    ascm_pool *p = NULL;
+    ascm_pool_config cfg = {.base = 1ull << 36, .size = 64u << 20, .min_block = 4096,
+                            .page_size = 64u << 10, .paged = 1};
     CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
-    CHECK(p->fit.nregions == 16); /* regions of 64 granules: [1, 2) granules at R1, [2, 4) at R2 */
+    CHECK(p->fit.nregions == 2);
+    return p;
+}
+
+static void test_paged_granule_placement(void) {
+    const uint64_t G = 64u << 10, R1 = (1ull << 36) + (32u << 20); /* the large blocks' region */
+    ascm_pool *p = granule_pool();
     uint64_t left, m1, m2, right, x, y, z;
-    /* region 1: blocks of 1.75, 1.125, 1.125, 1.5 granules, end to end */
+    /* blocks of 1.75, 1.125, 1.125, 1.5 granules, end to end */
     CHECK(ascm_pool_alloc(p, G * 7 / 4, 64, &left) == ASCM_OK && left == R1);
     CHECK(ascm_pool_alloc(p, G * 9 / 8, 64, &m1) == ASCM_OK && m1 == R1 + G * 7 / 4);
     CHECK(ascm_pool_alloc(p, G * 9 / 8, 64, &m2) == ASCM_OK && m2 == R1 + G * 23 / 8);
@@ -592,41 +600,36 @@ static void test_paged_granule_placement(void) {
      * granules 1-3, at the granule boundary 2 only 2-3 */
     CHECK(ascm_pool_free(p, m1) == ASCM_OK && ascm_pool_free(p, m2) == ASCM_OK);
     CHECK(ascm_pool_alloc(p, G * 3 / 2, 64, &x) == ASCM_OK && x == R1 + 2 * G);
-    POOL_OK(p);
-    /* region 2: 2.5 granules, then 4 granules less one unit: at the next
-     * boundary (3), not end to end (2.5), where it would pin 5 granules */
-    CHECK(ascm_pool_alloc(p, G * 5 / 2, 64, &y) == ASCM_OK && y == R2);
-    CHECK(ascm_pool_alloc(p, 4 * G - 4096, 64, &z) == ASCM_OK && z == R2 + 3 * G);
     ascm_stats st;
     ascm_pool_stats(p, &st);
-    /* granules: left 2 + x 2 (2-3) + right 2 (4-5) + y 3 + z 4 */
-    CHECK(st.mapped == 13 * G);
+    CHECK(st.mapped == 6 * G); /* left 2 + x 2 (2-3) + right 2 (4-5) */
     POOL_OK(p);
     /* a request with an alignment of its own is placed as before */
     uint64_t w;
     CHECK(ascm_pool_alloc(p, G * 3 / 2, 8192, &w) == ASCM_OK && w % 8192 == 0);
     POOL_OK(p);
-    /* up to sixteen granules: region 4 ([8, 16) granules) holds blocks of
-     * 8.5, 9.25 and 8.25 granules end to end; in the 9.25-granule hole the
-     * middle one leaves, 8.75 granules at its start (8.5) would span
-     * granules 8-17, at the boundary 9 only 9-17 */
-    const uint64_t R4 = (1ull << 36) + (16u << 20), R5 = (1ull << 36) + (20u << 20);
-    uint64_t a4, b4, c4, x4;
-    CHECK(ascm_pool_alloc(p, G * 17 / 2, 64, &a4) == ASCM_OK && a4 == R4);
-    CHECK(ascm_pool_alloc(p, G * 37 / 4, 64, &b4) == ASCM_OK && b4 == R4 + G * 17 / 2);
-    CHECK(ascm_pool_alloc(p, G * 33 / 4, 64, &c4) == ASCM_OK && c4 == R4 + G * 71 / 4);
-    CHECK(ascm_pool_free(p, b4) == ASCM_OK);
-    CHECK(ascm_pool_alloc(p, G * 35 / 4, 64, &x4) == ASCM_OK && x4 == R4 + 9 * G);
+    ascm_pool_destroy(p);
+    /* 2.5 granules, then 4 granules less one unit: at the next boundary
+     * (3), not end to end (2.5), where it would pin 5 granules */
+    p = granule_pool();
+    CHECK(ascm_pool_alloc(p, G * 5 / 2, 64, &y) == ASCM_OK && y == R1);
+    CHECK(ascm_pool_alloc(p, 4 * G - 4096, 64, &z) == ASCM_OK && z == R1 + 3 * G);
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 7 * G); /* y 3 + z 4 */
     POOL_OK(p);
-    /* sixteen granules and more keep the low end of their hole (region 5):
-     * moving them gains at most a sixteenth, and on the decoder trace cost
-     * 0.990 -> 0.985 at 64 KiB */
-    uint64_t a5, b5, c5, x5;
-    CHECK(ascm_pool_alloc(p, G * 33 / 2, 64, &a5) == ASCM_OK && a5 == R5);
-    CHECK(ascm_pool_alloc(p, G * 69 / 4, 64, &b5) == ASCM_OK && b5 == R5 + G * 33 / 2);
-    CHECK(ascm_pool_alloc(p, G * 33 / 2, 64, &c5) == ASCM_OK && c5 == R5 + G * 135 / 4);
-    CHECK(ascm_pool_free(p, b5) == ASCM_OK);
-    CHECK(ascm_pool_alloc(p, G * 67 / 4, 64, &x5) == ASCM_OK && x5 == R5 + G * 33 / 2);
+    ascm_pool_destroy(p);
+    /* six granules and more from the top of the region (fit.c, large
+     * blocks from the top): 8.5 granules against the end; 8.75 below it
+     * would span 10 granules against it, 9 from the granule boundary 18
+     * below the top or ending at the boundary 9 below it (the higher) */
+    const uint64_t T = (1ull << 36) + (64u << 20);
+    p = granule_pool();
+    uint64_t hi1, hi2, lo;
+    CHECK(ascm_pool_alloc(p, G * 17 / 2, 64, &hi1) == ASCM_OK && hi1 == T - G * 17 / 2);
+    CHECK(ascm_pool_alloc(p, G * 35 / 4, 64, &hi2) == ASCM_OK && hi2 == T - G * 71 / 4);
+    CHECK(ascm_pool_alloc(p, 2 * G, 64, &lo) == ASCM_OK && lo == R1); /* under six: the low end */
+    ascm_pool_stats(p, &st);
+    CHECK(st.mapped == 20 * G); /* 9 + 9 + 2 */
     POOL_OK(p);
     ascm_pool_destroy(p);
 }

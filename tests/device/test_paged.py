@@ -51,46 +51,48 @@ def test_mapped_follows_the_live_blocks():
     assert s["peak_mapped"] >= G
 
 
-@pytest.mark.parametrize("size", [4 * MiB, 64 * MiB])  # one region; 16 class regions
+@pytest.mark.parametrize("size", [4 * MiB, 64 * MiB])
 def test_release_threshold_keeps_free_granules_mapped_until_trim(size):
     p = ascmem.Pool(size, base=BASE, granule=G, release_threshold=4 * G)
-    a = p.alloc(10 * G)
-    assert p.stats()["mapped"] == 10 * G
+    a = p.alloc(5 * G)  # under six granules: at the low end of its region (fit.c)
+    assert p.stats()["mapped"] == 5 * G
     p.free(a)
     s = p.stats()
-    assert s["mapped"] == 4 * G and s["pages_in_use"] == 0  # four kept, six unmapped
+    assert s["mapped"] == 4 * G and s["pages_in_use"] == 0  # four kept, one unmapped
     calls = s["map_calls"]
-    b = p.alloc(9 * G)  # the same size class, where the kept granules are: they serve
-    assert p.stats()["map_calls"] == calls + 1 and p.stats()["mapped"] == 9 * G
+    b = p.alloc(5 * G)  # the same region, where the kept granules are: they serve
+    assert p.stats()["map_calls"] == calls + 1 and p.stats()["mapped"] == 5 * G
     p.free(b)
-    c = p.alloc(3 * G)  # with one region, in the kept granules: no map call
-    assert (p.stats()["map_calls"] == calls + 1) == (size == 4 * MiB)
+    c = p.alloc(3 * G)  # in the large blocks' region, in the kept granules: no map call
+    assert p.stats()["map_calls"] == calls + 1
     p.free(c)
     assert p.trim() >= 4 * G
     assert p.stats()["mapped"] == 0
     p.check()
 
 
-def test_paged_pools_place_each_size_class_in_a_region_of_its_own():
-    """Blocks under a granule, of 1-2, 2-4, 4-8 ... granules each go to a
-    region of the range of their own (fit.c); a request larger than a region
-    joins free regions; a range of under 64 granules per region keeps one."""
-    p = ascmem.Pool(64 * MiB, base=BASE, granule=G)  # 1024 granules: 16 regions of 4 MiB
-    region = lambda addr: (addr - BASE) // (4 * MiB)
+def test_paged_pools_place_small_and_large_blocks_in_two_regions():
+    """Blocks under a granule go to the lower region of the range, blocks of
+    a granule or more to the upper one (pool_lifecycle.c); a request larger
+    than a region joins free regions; a range of under 4 granules keeps one."""
+    p = ascmem.Pool(64 * MiB, base=BASE, granule=G)  # 1024 granules: two regions of 32 MiB
+    region = lambda addr: (addr - BASE) // (32 * MiB)
     blocks = {n: p.alloc(n) for n in (100, G // 2, G, 3 * G // 2, 2 * G, 5 * G, 40 * G)}
-    assert [region(a) for a in blocks.values()] == [0, 0, 1, 1, 2, 3, 6]
-    big = p.alloc(9 * MiB)  # over two regions
-    assert p.usable_size(big) == 9 * MiB
+    assert [region(a) for a in blocks.values()] == [0, 0, 1, 1, 1, 1, 1]
+    for a in list(blocks.values())[2:]:
+        p.free(a)
+    big = p.alloc(40 * MiB)  # over two regions
+    assert p.usable_size(big) == 40 * MiB and region(big) == 0
     p.check()
-    for a in list(blocks.values()) + [big]:
+    for a in list(blocks.values())[:2] + [big]:
         p.free(a)
     p.trim()  # a spare slab of the 32 KiB class (larger than a granule)
     assert p.stats()["largest_free"] == 64 * MiB and p.stats()["mapped"] == 0
     whole = p.alloc(64 * MiB)
     assert whole == BASE
     p.free(whole)
-    small = ascmem.Pool(2 * MiB, base=BASE, granule=G)  # 32 granules: one region, best fit
-    assert [small.alloc(n) - BASE for n in (G, 5 * G)] == [0, G]
+    small = ascmem.Pool(3 * G, base=BASE, granule=G)  # 3 granules: one region, best fit
+    assert [small.alloc(n) - BASE for n in (G, G // 2)] == [0, G]
 
 
 def test_contiguous_pools_report_no_mapping():
@@ -130,8 +132,13 @@ def test_physical_efficiency_of_the_real_traces():
     """The figures BENCHMARKS.md quotes, pinned so that a placement change
     that loses physical efficiency on a real trace is seen."""
     floor = {"resnet50_multires": (0.97, 0.995), "encoder_varlen": (0.96, 0.995),
-             "decoder_kvcache": (0.93, 0.99),
-             "unet_multires": (0.99, 0.995), "vit_train": (0.98, 0.995),
+             # 0.985 at 64 KiB since blocks of six granules and more go to the
+             # top of their hole (0.990 before; fit.c, large blocks from the top)
+             "decoder_kvcache": (0.93, 0.98),
+             "unet_multires": (0.99, 0.995),
+             # 0.979 at 2 MiB in two regions (0.981 in 16 class regions of a
+             # 64 GiB range, 0.979 in a range of 4x its peak)
+             "vit_train": (0.975, 0.995),
              # below the issue's 0.95 at 2 MiB (bound 0.936): 7.5 MiB live, in
              # many small blocks; 0.99 at 64 KiB since the position rule
              # covers its blocks of 9 granules (fit.c)
@@ -149,7 +156,7 @@ def test_physical_efficiency_of_the_real_traces():
              # recorded in the eighteenth session, after every rule in the code:
              # both below 0.95 at 2 MiB (bounds 0.9995 and 0.989), and the serving
              # trace's KV caches grown by torch.cat below 0.99 at 64 KiB (0.989)
-             "moe_train": (0.925, 0.995), "llm_serving": (0.915, 0.985)}
+             "moe_train": (0.925, 0.994), "llm_serving": (0.915, 0.985)}
     for name, (at_2m, at_64k) in floor.items():
         t = tr.example(name)
         eff2, mapped2 = tr.physical_efficiency(t, 2 * MiB)

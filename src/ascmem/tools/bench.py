@@ -338,6 +338,16 @@ def frugality(traces, names, resolution):
     return rows
 
 
+def expandable_eager_efficiency(trace):
+    """Peak live / peak mapped of torch_npu's expandable segments unmapping
+    every free page at once (ascmem.torch_expandable, eager).  One replay
+    with room to spare gives it: an allocator that keeps nothing free mapped
+    has nothing to release before an out-of-memory, so it replays alike in
+    any capacity that holds its peak."""
+    report = tr.replay(trace, "torch-expandable-eager", capacity=1 << 44)
+    return report["peak_live"] / report["peak_reserved"]
+
+
 def _traces(quick):
     """The frugality table's traces: every shipped example (what a clone
     has); a smoke run takes two small real ones."""
@@ -484,7 +494,8 @@ def _run(args):
           f"{host['numpy'] / 1e3:.1f} us); with a numpy view on the block "
           f"{host['pool+view'] / 1e3:.2f} us ({host['numpy'] / host['pool+view']:.1f}x)")
 
-    names = ["pool", "buddy", "bestfit", "bestfit-wilderness"] + (["tlsf"] if tr.tlsf_available() else [])
+    names = ["pool", "buddy", "bestfit", "bestfit-wilderness", "torch-expandable"] + (
+        ["tlsf"] if tr.tlsf_available() else [])
     resolution = (1 << 20) if args.quick else 64 * 1024
     print(f"\nefficiency = peak live / smallest arena that replays the trace "
           f"(bisection to {resolution // 1024} KiB; higher is better)")
@@ -496,13 +507,16 @@ def _run(args):
         print(f"{r['trace']:22s}{r['peak_live'] / MiB:9.1f} MiB" +
               "".join(f"{r[n]:{w}.3f}" for n, w in zip(names, widths)))
     print("\nphysical efficiency of a paged pool = peak live / peak mapped (granules mapped only "
-          "where live bytes are)")
-    print(f"{'trace':22s}{'2 MiB':>10s}{'64 KiB':>10s}")
+          "where live bytes are); torch_npu's expandable segments unmapping every free page "
+          "at once, the same way")
+    print(f"{'trace':22s}{'2 MiB':>10s}{'64 KiB':>10s}{'torch-expandable-eager':>24s}")
     figures["physical_efficiency"] = []
     for t in traces:
         effs = [tr.physical_efficiency(t, g)[0] for g in (2 * MiB, 64 * 1024)]
-        figures["physical_efficiency"].append({"trace": t.name, "2MiB": effs[0], "64KiB": effs[1]})
-        print(f"{t.name:22s}" + "".join(f"{e:10.3f}" for e in effs))
+        eager = expandable_eager_efficiency(t)
+        figures["physical_efficiency"].append({"trace": t.name, "2MiB": effs[0], "64KiB": effs[1],
+                                               "torch-expandable-eager": eager})
+        print(f"{t.name:22s}" + "".join(f"{e:10.3f}" for e in effs) + f"{eager:24.3f}")
     return figures
 
 

@@ -1,0 +1,31 @@
+"""torch_npu's expandable segments in the frugality tables (issue 42, item 3):
+`ascmem bench`'s physical-efficiency table and scripts/frugality_table.py."""
+import importlib.util
+import os
+
+import ascmem.trace as tr
+from ascmem.bench import expandable_eager_efficiency
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "frugality_table.py")
+
+
+def test_eager_expandable_segments_are_peak_live_over_peak_mapped():
+    t = tr.example("decoder_static_cache")
+    eff = expandable_eager_efficiency(t)
+    report = tr.replay(t, "torch-expandable-eager", capacity=1 << 44)
+    assert eff == report["peak_live"] / report["peak_reserved"]
+    # whole pages of 2 MiB (small pool) and 20 MiB (large pool): below one
+    assert 0 < eff < 1
+    # unmapping eagerly never maps more than the smallest capacity it replays in
+    assert eff >= tr.efficiency(t, "torch-expandable-eager", resolution=1 << 20)[0] - 1e-9
+
+
+def test_the_frugality_table_has_both_expandable_columns():
+    spec = importlib.util.spec_from_file_location("frugality_table", SCRIPT)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert {"expandable", "expandable-eager"} <= set(table.COLUMNS)
+    t = tr.example("seq2seq_generate")
+    row = table.row(t, 1 << 20)
+    assert row["expandable"] == tr.efficiency(t, "torch-expandable", 1 << 20)[0]
+    assert row["expandable-eager"] == expandable_eager_efficiency(t)
