@@ -8,6 +8,8 @@ mark it @pytest.mark.slow."""
 
 # every test of these files
 SLOW_FILES = {
+    "tests/device/test_paged_range.py",
+    "tests/tools/test_frugality_peers.py",
     "tests/core/test_embedding.py",
     "tests/core/test_stateful.py",
     "tests/device/test_device_properties.py",

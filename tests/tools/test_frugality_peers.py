@@ -4,9 +4,10 @@ import importlib.util
 import os
 
 import ascmem.trace as tr
-from ascmem.bench import expandable_eager_efficiency
+from ascmem.tools.bench import expandable_eager_efficiency
+from conftest import ROOT
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "frugality_table.py")
+SCRIPT = os.path.join(ROOT, "scripts", "frugality_table.py")
 
 
 def test_eager_expandable_segments_are_peak_live_over_peak_mapped():
