@@ -17,6 +17,7 @@ Snapshots are pickles: they are read by an unpickler that builds only plain
 containers and numbers, so a snapshot from elsewhere cannot run code.
 """
 
+import gc
 import io
 import json
 import math
@@ -178,6 +179,11 @@ def parse_json(data, name):
 
 _DEVICE_NAMES = {}  # (type, id) -> name, made once each
 
+# Events are put in order by ts as doubles: a whole ts farther from 0 than
+# this would be rounded, and one past 1e308 cannot be one (2**53 microseconds
+# are 285 years).
+TS_EXACT = 1 << 53
+
 
 def _chrome_event(e, name, i):
     """(ts, device, addr, bytes) of a [memory] event, each field checked:
@@ -188,7 +194,8 @@ def _chrome_event(e, name, i):
         ts, addr, nbytes = e.get("ts", 0), args.get("Addr"), args.get("Bytes")
         dtype, did = args.get("Device Type", 0), args.get("Device Id", -1)
         if type(addr) is int and type(nbytes) is int and type(dtype) is int and \
-                type(did) is int and (type(ts) is float or type(ts) is int) and \
+                type(did) is int and (type(ts) is float or
+                                      type(ts) is int and -TS_EXACT <= ts <= TS_EXACT) and \
                 ts - ts == 0 and -(1 << 63) <= addr < U64 and -U64 < nbytes < U64 and \
                 0 <= dtype < 1 << 31 and -1 <= did < 1 << 31:  # ts - ts: NaN for inf and NaN
             dev = _DEVICE_NAMES.get((dtype, did))
@@ -204,6 +211,9 @@ def _chrome_event_checked(e, name, i):
     if not isinstance(args, dict) or "Addr" not in args or "Bytes" not in args:
         raise _malformed(where, "a [memory] event without Addr and Bytes")
     ts = e.get("ts", 0)
+    if type(ts) is int and not -TS_EXACT <= ts <= TS_EXACT:
+        raise _malformed(where, f"ts {_shown(ts)} is out of range (a whole ts is at most "
+                                f"2**53 from 0, the most a double holds exactly)")
     if type(ts) not in (int, float) or not math.isfinite(ts):
         raise _malformed(where, f"ts {_shown(ts)} is not a finite number")
     addr = _whole(args["Addr"], "Addr", where, -(1 << 63), U64)
@@ -339,7 +349,8 @@ def from_chrome_doc(obj, name, device=None):
         counts[dev] = counts.get(dev, 0) + 1
     chosen = _pick_device(counts, device, name, "the Chrome trace")
     mem.sort(key=lambda m: (m[0], m[1]))  # the profiler's order; ties keep file order
-    events, skipped = _pair((m[3], m[4], 0, m[1]) for m in mem if m[2] == chosen)
+    # an address by its 64 bits: the profiler's signed form and the unsigned one are one block
+    events, skipped = _pair((m[3] & (U64 - 1), m[4], 0, m[1]) for m in mem if m[2] == chosen)
     return ImportedTrace(events, chosen, skipped)
 
 
@@ -364,11 +375,35 @@ _SEGMENT_UP = ("segment_alloc", "segment_map")
 _SEGMENT_DOWN = ("segment_free", "segment_unmap")
 
 
-def from_snapshot(data, name, device=None):
+def _unpickled(data, name):
     try:
-        obj = _PlainUnpickler(io.BytesIO(data)).load()
+        return _PlainUnpickler(io.BytesIO(data)).load()
     except Exception as exc:  # a pickle can fail in many ways; all mean the same here
         raise InvalidArgumentError(f"{name}: not a PyTorch memory snapshot ({exc})") from None
+
+
+class _CollectorHeld:
+    """The cyclic garbage collector held off: a snapshot is millions of
+    small dicts, each of which counts towards collections that traverse
+    them all and find nothing (an unpickler's plain data and the loop over
+    it make no garbage cycles); refcounting still frees them."""
+
+    def __enter__(self):
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            gc.enable()
+
+
+def from_snapshot(data, name, device=None):
+    with _CollectorHeld():
+        return _from_snapshot(data, name, device)
+
+
+def _from_snapshot(data, name, device):
+    obj = _unpickled(data, name)
     traces = obj.get("device_traces") if isinstance(obj, dict) else None
     if not isinstance(traces, list):
         raise InvalidArgumentError(f"{name}: not a PyTorch memory snapshot (no device_traces "
@@ -383,25 +418,53 @@ def from_snapshot(data, name, device=None):
     trace = traces[index]
     completes = any(e.get("action") == "free_completed" for e in trace if isinstance(e, dict))
     free_action = "free_completed" if completes else "free_requested"
-    steps, reserved, reserved_peak = [], 0, 0
+    addrs, deltas, streams, wheres = [], [], [], []
+    small = True  # every size fits int64: the compiled pairing
+    reserved, reserved_peak = 0, 0
     for i, e in enumerate(trace):
         if not isinstance(e, dict):
             continue
         action = e.get("action")
+        if action == "alloc" or action == free_action:
+            # the common case in one test; anything else is worded below
+            size, addr = e.get("size", 0), e.get("addr")
+            stream = e.get("stream") if action == "alloc" else None
+            if type(size) is int and type(addr) is int and 0 <= size < U64 and \
+                    0 <= addr < U64 and (stream is None or type(stream) is int and
+                                         -(1 << 63) <= stream < U64):
+                addrs.append(addr)
+                deltas.append(size if action == "alloc" else -size or -1)
+                streams.append(0 if stream is None else stream & 0x7FFFFFFFFFFFFFFF)
+                wheres.append(i)
+                small = small and size < 1 << 63
+                continue
         if action not in _ADDRESSED and action not in _SEGMENT_UP and action not in _SEGMENT_DOWN:
             continue
         where = f"{name}: device_traces[{index}][{i}] ({action})"
         size = _whole(e.get("size", 0), "size", where, 0, U64)
         if action == "alloc":
             addr = _whole(e.get("addr"), "addr", where, 0, U64)
-            steps.append((addr, size, _stream_of(e, where), i))
+            addrs.append(addr)
+            deltas.append(size)
+            streams.append(_stream_of(e, where))
+            wheres.append(i)
+            small = small and size < 1 << 63
         elif action == free_action:
             addr = _whole(e.get("addr"), "addr", where, 0, U64)
-            steps.append((addr, -size or -1, 0, i))
+            addrs.append(addr)
+            deltas.append(-size or -1)
+            streams.append(0)
+            wheres.append(i)
+            small = small and size < 1 << 63
         elif action in _SEGMENT_UP:
             reserved += size
             reserved_peak = max(reserved_peak, reserved)
         elif action in _SEGMENT_DOWN:
             reserved -= size
-    events, skipped = _pair(steps)
+    if small:
+        import numpy as np
+        events, skipped = _pair_arrays(np.array(addrs, np.uint64), np.array(deltas, np.int64),
+                                       np.array(streams, np.int64), np.array(wheres, np.int64))
+    else:  # a size past int64: the exact rules in Python
+        events, skipped = _pair(zip(addrs, deltas, streams, wheres))
     return ImportedTrace(events, chosen, skipped, reserved_peak or None)
