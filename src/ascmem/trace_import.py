@@ -241,11 +241,11 @@ def streaming():
     return True
 
 
-# The parser: ascmem's own scanner (_tracejson.ChromeScanner), chosen over
-# ijson, json, orjson and pysimdjson by measurement (docs in notes/json.md):
-# it alone both streams in bounded memory and skips the op events without
-# making Python objects, so it parses a profiler trace several times faster
-# than ijson streams it and than orjson or json read it whole.
+# The parser: ascmem's own scanner (_tracejson.ChromeScanner), chosen by
+# measurement over ijson's yajl stream, json, orjson and pysimdjson (the
+# table is in ARCHITECTURE.md): it alone streams in bounded memory without a
+# Python object per event -- each library builds either the whole document
+# or a dict for every event, and most of a profiler trace is operator events.
 def from_chrome_chunks(chunks, name, device=None):
     """An ImportedTrace from a Chrome trace's decompressed chunks, parsed as
     they come: memory follows the number of memory events, not the size of
