@@ -133,6 +133,11 @@ FORMS = {
                                               '"args": {"Addr": 1, "Bytes": 8}}], "traceEvents":'
                                               ' [{"name": "[memory]", "ts": 1, "args": {"Addr": '
                                               '2, "Bytes": 32}}]}',
+    "a malformed event in a list a later traceEvents replaces": '{"traceEvents": [{"name": '
+                                                                '"[memory]", "ts": 1, "args": '
+                                                                '{"Adr": 1}}], "traceEvents": '
+                                                                '[{"name": "[memory]", "ts": 1, '
+                                                                '"args": {"Addr": 2, "Bytes": 3}}]}',
     "addresses past 2**63 and negative": json.dumps({"traceEvents": [
         mem(1, 2**64 - 4096, 64), mem(2, -4096, 32), mem(3, 2**63, 16), mem(4, 2**64 - 4096, -64),
         mem(5, -4096, -32)]}),

@@ -403,6 +403,7 @@ cdef class ChromeScanner:
     cdef public bint is_object   # the document is an object, not a list
     cdef public long long index  # entries of traceEvents read
     cdef public dict big
+    cdef public object pending   # the first malformed event's error, raised at the end
     cdef object slow_event
     # the columns
     cdef Py_ssize_t n, cap
@@ -582,6 +583,7 @@ cdef class ChromeScanner:
                     self.n = 0
                     self.index = 0
                     self.big = {}
+                    self.pending = None
                     self.has_list = p[0] == 91
                 if self.key_is_events and p[0] == 91:
                     self.items_depth = 2

@@ -258,7 +258,14 @@ def from_chrome_chunks(chunks, name, device=None):
     def slow_event(scanner, text, index):
         e = json.loads(text.decode("utf-8"), parse_constant=_reject_constant)
         if type(e) is dict and e.get("name") == "[memory]":
-            ts, _, addr, nbytes = _chrome_event(e, name, index)
+            try:
+                ts, _, addr, nbytes = _chrome_event(e, name, index)
+            except TraceError as exc:
+                # raised once the text is read: a later traceEvents list replaces this one
+                # (as in json), and JSON that is not JSON anywhere is the error to tell first
+                if scanner.pending is None:
+                    scanner.pending = exc
+                return
             args = e["args"]
             scanner.add(ts, index, addr, nbytes, args.get("Device Type", 0),
                         args.get("Device Id", -1))
@@ -275,6 +282,8 @@ def from_chrome_chunks(chunks, name, device=None):
         where = f"traceEvents[{exc.index}], " if exc.index >= 0 else ""
         raise TraceError(f"{name}: not a Chrome trace (invalid JSON at {where}byte "
                          f"{exc.offset:,}: {exc})") from None
+    if scanner.pending is not None:
+        raise scanner.pending
     if scanner.is_object and not scanner.has_list:
         raise InvalidArgumentError(f"{name}: not a Chrome trace (no traceEvents list)")
     return _chrome_imported(scanner, name, device)
