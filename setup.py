@@ -59,15 +59,22 @@ tracecsv = Extension(
     extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
 )
 
-# The nesting guard of the JSON trace reader (src/ascmem/trace_import.py).
+# The profiler-trace (JSON) scanner and the pairing by address of the
+# PyTorch trace importer (src/ascmem/trace_import.py).
 tracejson = Extension(
     "ascmem._tracejson",
     sources=["src/ascmem/_tracejson.pyx"],
     extra_compile_args=[a for a in compile_args if a != "-flto"],
     extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
 )
+tracepair = Extension(
+    "ascmem._tracepair",
+    sources=["src/ascmem/_tracepair.pyx"],
+    extra_compile_args=[a for a in compile_args if a != "-flto"],
+    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
+)
 
 setup(
-    ext_modules=cythonize([ext, tracecsv, tracejson], compiler_directives={"language_level": 3}),
+    ext_modules=cythonize([ext, tracecsv, tracejson, tracepair], compiler_directives={"language_level": 3}),
     cmdclass={"build_py": build_py_with_header},
 )

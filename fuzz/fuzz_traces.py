@@ -10,7 +10,8 @@ The first byte picks the input's form:
   Infinity, NaN, strings, None, lists, deep nesting -- and which is then
   truncated, prefixed with a BOM or gzipped (twice at times).
 The oracle: load returns a Trace whose events can be read, or raises
-TraceError.  Any other exception is a finding, as is a snapshot that loads
+TraceError; a profiler trace reads as json reads the whole text (the same
+events or a TraceError from both).  Any other exception is a finding, as is a snapshot that loads
 although an alloc, free or segment entry of the device it read has a
 negative size or one of 2**64 or more (issue 45: such an alloc was read as
 a free, such a free as an allocation).
@@ -33,7 +34,7 @@ import atheris
 
 with atheris.instrument_imports():
     from ascmem import trace as tr
-    from ascmem.trace_data import TraceError
+    from ascmem.trace.data import TraceError
 
 COLLECT = os.environ.get("FUZZ_COLLECT")
 RAW, CHROME, SNAPSHOT, CSV = range(4)
@@ -277,8 +278,12 @@ def one_input(data):
 def load_and_read(blob, device, how=0):
     try:
         t = tr.load(source(blob, how), device=device)
-    except TraceError:
+    except TraceError as exc:
+        if how != 2:
+            same_as_the_whole_read(blob, device, None, exc)
         return
+    if how != 2:
+        same_as_the_whole_read(blob, device, t, None)
     n = len(t)
     rows = sum(1 for _ in t.rows())
     if rows != n:
@@ -296,6 +301,32 @@ def load_and_read(blob, device, how=0):
                                  f"{bad[0]['action']!r} entry has size {shown}, outside "
                                  f"0..2**64-1 (device {t.source['device']}, skipped frees "
                                  f"{t.source['skipped_frees']})")
+
+
+def same_as_the_whole_read(blob, device, t, error):
+    """A profiler trace: the compiled scanner's reading (t, or its error)
+    is json's reading of the whole text (trace._load_torch), but for
+    nesting past the scanner's limit that json still reads."""
+    try:
+        text = b"".join(tr._chunks(io.BytesIO(blob), "x"))
+    except TraceError:
+        return
+    if tr._import.detect(text) != "chrome":
+        return
+    try:
+        whole = tr._load_torch(text, "x", "chrome", device)
+    except TraceError as exc:
+        if t is not None:
+            raise AssertionError(f"the scanner read {len(t)} events where json says: {exc}")
+        return
+    if t is None:
+        if "nested deeper than" in str(error):
+            return
+        raise AssertionError(f"the scanner refused what json reads ({len(whole)} events): "
+                             f"{error}")
+    if list(t.events) != list(whole.events) or t.source != whole.source:
+        raise AssertionError(f"the scanner read {len(t)} events, {t.source}; json "
+                             f"{len(whole)}, {whole.source}")
 
 
 SIZED_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",

@@ -91,7 +91,7 @@ def test_45_6_malformed_profiler_fields_name_what_and_where(case):
 @pytest.mark.parametrize("case", sorted(CHROME_BAD))
 def test_45_6_the_whole_read_checks_them_too(case, monkeypatch):
     from ascmem import trace_import
-    monkeypatch.setattr(trace_import, "streaming", lambda: False)  # as without ijson
+    monkeypatch.setattr(trace_import, "streaming", lambda: False)  # the whole read (json), the scanner's reference
     events, where = CHROME_BAD[case]
     with pytest.raises(TraceError, match="p.json: " + where):
         trace.load(chrome(events))

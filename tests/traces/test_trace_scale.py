@@ -85,7 +85,6 @@ def test_progress_is_called_between_blocks_only():
 def test_a_chrome_trace_streams_into_the_columns_the_whole_read_gives(tmp_path, monkeypatch):
     import json
     from ascmem import trace_import
-    pytest.importorskip("ijson")
     events = []
     for i in range(3000):  # allocations, frees, a reused address, frees from before
         events.append({"name": "[memory]", "ph": "i", "ts": i // 3,

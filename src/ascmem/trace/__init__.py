@@ -91,8 +91,8 @@ def load(path_or_file, device=None, max_bytes=None, progress=None):
     most).  Anything malformed raises TraceError naming the file and line
     (or event).  A CSV trace streams through the compiled reader
     (trace_csv); a PyTorch trace is read up to max_bytes once decompressed
-    (default MAX_WHOLE_BYTES), a Chrome trace as it streams when ijson is
-    installed.  progress(bytes read) is called as chunks come."""
+    (default MAX_WHOLE_BYTES), a Chrome trace as it streams through the
+    compiled scanner (ascmem._tracejson).  progress(bytes read) is called as chunks come."""
     from ascmem.trace import csvfile as trace_csv
     stream, close, name = _open(path_or_file)
     try:

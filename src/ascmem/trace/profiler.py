@@ -17,6 +17,7 @@ Snapshots are pickles: they are read by an unpickler that builds only plain
 containers and numbers, so a snapshot from elsewhere cannot run code.
 """
 
+import gc
 import io
 import json
 import math
@@ -178,6 +179,11 @@ def parse_json(data, name):
 
 _DEVICE_NAMES = {}  # (type, id) -> name, made once each
 
+# Events are put in order by ts as doubles: a whole ts farther from 0 than
+# this would be rounded, and one past 1e308 cannot be one (2**53 microseconds
+# are 285 years).
+TS_EXACT = 1 << 53
+
 
 def _chrome_event(e, name, i):
     """(ts, device, addr, bytes) of a [memory] event, each field checked:
@@ -188,7 +194,8 @@ def _chrome_event(e, name, i):
         ts, addr, nbytes = e.get("ts", 0), args.get("Addr"), args.get("Bytes")
         dtype, did = args.get("Device Type", 0), args.get("Device Id", -1)
         if type(addr) is int and type(nbytes) is int and type(dtype) is int and \
-                type(did) is int and (type(ts) is float or type(ts) is int) and \
+                type(did) is int and (type(ts) is float or
+                                      type(ts) is int and -TS_EXACT <= ts <= TS_EXACT) and \
                 ts - ts == 0 and -(1 << 63) <= addr < U64 and -U64 < nbytes < U64 and \
                 0 <= dtype < 1 << 31 and -1 <= did < 1 << 31:  # ts - ts: NaN for inf and NaN
             dev = _DEVICE_NAMES.get((dtype, did))
@@ -204,6 +211,9 @@ def _chrome_event_checked(e, name, i):
     if not isinstance(args, dict) or "Addr" not in args or "Bytes" not in args:
         raise _malformed(where, "a [memory] event without Addr and Bytes")
     ts = e.get("ts", 0)
+    if type(ts) is int and not -TS_EXACT <= ts <= TS_EXACT:
+        raise _malformed(where, f"ts {_shown(ts)} is out of range (a whole ts is at most "
+                                f"2**53 from 0, the most a double holds exactly)")
     if type(ts) not in (int, float) or not math.isfinite(ts):
         raise _malformed(where, f"ts {_shown(ts)} is not a finite number")
     addr = _whole(args["Addr"], "Addr", where, -(1 << 63), U64)
@@ -223,104 +233,115 @@ MAX_DEPTH = 64
 
 
 def streaming():
-    """Whether Chrome traces stream (ijson, with its C backend, installed)."""
+    """Whether Chrome traces stream (the compiled scanner is built)."""
     try:
-        import ijson  # noqa: F401
+        from ascmem import _tracejson  # noqa: F401
     except ImportError:
         return False
     return True
 
 
+# The parser: ascmem's own scanner (_tracejson.ChromeScanner), chosen by
+# measurement over ijson's yajl stream, json, orjson and pysimdjson (the
+# table is in ARCHITECTURE.md): it alone streams in bounded memory without a
+# Python object per event -- each library builds either the whole document
+# or a dict for every event, and most of a profiler trace is operator events.
 def from_chrome_chunks(chunks, name, device=None):
     """An ImportedTrace from a Chrome trace's decompressed chunks, parsed as
-    they come (ijson): memory follows the number of memory events, not the
-    size of the JSON.  Each [memory] event is checked as from_chrome_doc
-    checks it."""
-    import ijson
-    from ascmem._tracejson import NestingGuard
+    they come: memory follows the number of memory events, not the size of
+    the JSON.  Each [memory] event is checked as from_chrome_doc checks it
+    (an event outside the scanner's plain form goes through the same
+    _chrome_event)."""
+    from ascmem._tracejson import ChromeScanner, ScanError
     from ascmem.trace.data import TraceError
-    chunks = iter(chunks)
-    first = next(chunks, b"")
-    head = first.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    found = ijson.sendable_list()
-    coro = ijson.items_coro(found, "item" if head == b"[" else "traceEvents.item", use_float=True)
-    guard = NestingGuard(MAX_DEPTH)
-    cols = _MemoryColumns(name)
-    index = 0
+
+    def slow_event(scanner, text, index):
+        e = json.loads(text.decode("utf-8"), parse_constant=_reject_constant)
+        if type(e) is dict and e.get("name") == "[memory]":
+            try:
+                ts, _, addr, nbytes = _chrome_event(e, name, index)
+            except TraceError as exc:
+                # raised once the text is read: a later traceEvents list replaces this one
+                # (as in json), and JSON that is not JSON anywhere is the error to tell first
+                if scanner.pending is None:
+                    scanner.pending = exc
+                return
+            args = e["args"]
+            scanner.add(ts, index, addr, nbytes, args.get("Device Type", 0),
+                        args.get("Device Id", -1))
+
+    scanner = ChromeScanner(MAX_DEPTH, slow_event)
     try:
-        for chunk in _prepend_chunk(first, chunks):
-            at = guard.feed(chunk)
-            if at >= 0:
-                raise TraceError(f"{name}: not a Chrome trace (nested deeper than {MAX_DEPTH} "
-                                 f"at byte {at:,})")
-            coro.send(chunk)
-            for e in found:
-                if type(e) is dict and e.get("name") == "[memory]":
-                    cols.add(e, index)
-                index += 1
-            del found[:]
-        coro.close()
-        for e in found:
-            if type(e) is dict and e.get("name") == "[memory]":
-                cols.add(e, index)
-            index += 1
-    except TraceError:  # a malformed event or the size cap: already worded
-        raise
-    except (ijson.JSONError, UnicodeDecodeError, ValueError) as exc:
-        # ValueError: an integer of thousands of digits.  The events parsed
-        # before the error count, so that the index is the one it is in.
-        what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TraceError(f"{name}: not a Chrome trace (invalid JSON at traceEvents"
-                         f"[{index + len(found)}]: {what})") from None
-    return cols.imported(device)
+        for chunk in chunks:
+            scanner.feed(chunk)
+        scanner.finish()
+    except ScanError as exc:
+        if exc.nesting:
+            raise TraceError(f"{name}: not a Chrome trace (nested deeper than {MAX_DEPTH} "
+                             f"at byte {exc.offset:,})") from None
+        where = f"traceEvents[{exc.index}], " if exc.index >= 0 else ""
+        raise TraceError(f"{name}: not a Chrome trace (invalid JSON at {where}byte "
+                         f"{exc.offset:,}: {exc})") from None
+    if scanner.pending is not None:
+        raise scanner.pending
+    if scanner.is_object and not scanner.has_list:
+        raise InvalidArgumentError(f"{name}: not a Chrome trace (no traceEvents list)")
+    return _chrome_imported(scanner, name, device)
 
 
-def _prepend_chunk(first, chunks):
-    yield first
-    yield from chunks
+# A Chrome trace nests four deep (the document, traceEvents, an event, its
+# args); the scanner refuses anything past this where it starts.
+MAX_DEPTH = 64
 
 
-class _MemoryColumns:
-    """The [memory] events of a Chrome trace, as numbers in arrays (a few
-    bytes each, where a dict per event would take hundreds)."""
-
-    def __init__(self, name):
-        from array import array
-        self.name = name
-        self.ts, self.index = array("d"), array("q")
-        self.addr, self.nbytes, self.dev = array("Q"), array("q"), array("H")
-        self.big = {}          # index -> Bytes beyond int64 (kept exact, rare)
-        self.devices = {}      # device name -> its code in dev
-
-    def add(self, e, i):
-        ts, dev, addr, nbytes = _chrome_event(e, self.name, i)
-        code = self.devices.setdefault(dev, len(self.devices))
-        self.ts.append(ts)
-        self.index.append(i)
-        self.addr.append(addr & (U64 - 1))  # negative (signed) addresses stay distinct
-        if -(1 << 63) <= nbytes < 1 << 63:
-            self.nbytes.append(nbytes)
-        else:
-            self.nbytes.append(0)
-            self.big[i] = nbytes
-        self.dev.append(code)
-
-    def imported(self, device):
-        import numpy as np
-        dev = np.frombuffer(self.dev, np.uint16) if len(self.dev) else np.zeros(0, np.uint16)
-        counts = {d: int(np.count_nonzero(dev == c)) for d, c in self.devices.items()}
-        chosen = _pick_device(counts, device, self.name, "the Chrome trace")
-        keep = np.flatnonzero(dev == self.devices[chosen])
-        ts = np.frombuffer(self.ts, np.float64)[keep]
-        index = np.frombuffer(self.index, np.int64)[keep]
-        order = keep[np.lexsort((index, ts))]  # the profiler's order; ties keep file order
-        addr = np.frombuffer(self.addr, np.uint64)[order].tolist()
-        nbytes = np.frombuffer(self.nbytes, np.int64)[order].tolist()
-        where = np.frombuffer(self.index, np.int64)[order].tolist()
-        if self.big:
-            nbytes = [self.big.get(w, b) for w, b in zip(where, nbytes)]
-        events, skipped = _pair(zip(addr, nbytes, [0] * len(addr), where))
+def _chrome_imported(scanner, name, device):
+    """The ImportedTrace of a scanner's [memory] columns: the chosen
+    device's events in the profiler's order, paired by address."""
+    import numpy as np
+    ts, index, addr, nbytes, dev = scanner.columns()
+    keys = np.unique(dev)
+    names = [_device_name(int(k) >> 32, (int(k) & 0xFFFFFFFF) - 1) for k in keys]
+    counts = {}
+    for k, d in zip(keys, names):
+        counts[d] = counts.get(d, 0) + int(np.count_nonzero(dev == k))
+    chosen = _pick_device(counts, device, name, "the Chrome trace")
+    keep = np.flatnonzero(np.isin(dev, keys[[d == chosen for d in names]]))
+    order = keep[np.lexsort((index[keep], ts[keep]))]  # the profiler's order; ties keep file order
+    if scanner.big:  # a size past 64 bits: the exact rules in Python
+        where = index[order].tolist()
+        steps = zip(addr[order].tolist(), [scanner.big.get(w, b) for w, b in
+                                           zip(where, nbytes[order].tolist())],
+                    [0] * len(where), where)
+        events, skipped = _pair(steps)
         return ImportedTrace(events, chosen, skipped)
+    events, skipped = _pair_arrays(addr[order], nbytes[order], np.zeros(len(order), np.int64),
+                                   index[order])
+    return ImportedTrace(events, chosen, skipped)
+
+
+class _PairedColumns:
+    """Paired events already in arrays (what _Paired gives in lists)."""
+
+    def __init__(self, alloc, ids, size, stream, where):
+        self.alloc, self.ids, self.size, self.stream, self.where = alloc, ids, size, stream, where
+
+    def __len__(self):
+        return len(self.alloc)
+
+    def columns(self):
+        import numpy as np
+        from ascmem.trace.data import Columns
+        n = len(self.alloc)
+        return Columns(self.alloc, self.ids, self.size, np.zeros(n, np.uint8),
+                       np.zeros(n, np.uint32), self.where,
+                       self.stream if self.stream.any() else None)
+
+
+def _pair_arrays(addr, delta, stream, where):
+    """_pair over arrays, compiled: (a _PairedColumns, skipped)."""
+    from ascmem._tracepair import pair_by_address
+    alloc, ids, size, stream, where, skipped = pair_by_address(addr, delta, stream, where)
+    return _PairedColumns(alloc, ids, size, stream, where), skipped
 
 
 def from_chrome_doc(obj, name, device=None):
@@ -337,7 +358,8 @@ def from_chrome_doc(obj, name, device=None):
         counts[dev] = counts.get(dev, 0) + 1
     chosen = _pick_device(counts, device, name, "the Chrome trace")
     mem.sort(key=lambda m: (m[0], m[1]))  # the profiler's order; ties keep file order
-    events, skipped = _pair((m[3], m[4], 0, m[1]) for m in mem if m[2] == chosen)
+    # an address by its 64 bits: the profiler's signed form and the unsigned one are one block
+    events, skipped = _pair((m[3] & (U64 - 1), m[4], 0, m[1]) for m in mem if m[2] == chosen)
     return ImportedTrace(events, chosen, skipped)
 
 
@@ -362,11 +384,35 @@ _SEGMENT_UP = ("segment_alloc", "segment_map")
 _SEGMENT_DOWN = ("segment_free", "segment_unmap")
 
 
-def from_snapshot(data, name, device=None):
+def _unpickled(data, name):
     try:
-        obj = _PlainUnpickler(io.BytesIO(data)).load()
+        return _PlainUnpickler(io.BytesIO(data)).load()
     except Exception as exc:  # a pickle can fail in many ways; all mean the same here
         raise InvalidArgumentError(f"{name}: not a PyTorch memory snapshot ({exc})") from None
+
+
+class _CollectorHeld:
+    """The cyclic garbage collector held off: a snapshot is millions of
+    small dicts, each of which counts towards collections that traverse
+    them all and find nothing (an unpickler's plain data and the loop over
+    it make no garbage cycles); refcounting still frees them."""
+
+    def __enter__(self):
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            gc.enable()
+
+
+def from_snapshot(data, name, device=None):
+    with _CollectorHeld():
+        return _from_snapshot(data, name, device)
+
+
+def _from_snapshot(data, name, device):
+    obj = _unpickled(data, name)
     traces = obj.get("device_traces") if isinstance(obj, dict) else None
     if not isinstance(traces, list):
         raise InvalidArgumentError(f"{name}: not a PyTorch memory snapshot (no device_traces "
@@ -381,25 +427,53 @@ def from_snapshot(data, name, device=None):
     trace = traces[index]
     completes = any(e.get("action") == "free_completed" for e in trace if isinstance(e, dict))
     free_action = "free_completed" if completes else "free_requested"
-    steps, reserved, reserved_peak = [], 0, 0
+    addrs, deltas, streams, wheres = [], [], [], []
+    small = True  # every size fits int64: the compiled pairing
+    reserved, reserved_peak = 0, 0
     for i, e in enumerate(trace):
         if not isinstance(e, dict):
             continue
         action = e.get("action")
+        if action == "alloc" or action == free_action:
+            # the common case in one test; anything else is worded below
+            size, addr = e.get("size", 0), e.get("addr")
+            stream = e.get("stream") if action == "alloc" else None
+            if type(size) is int and type(addr) is int and 0 <= size < U64 and \
+                    0 <= addr < U64 and (stream is None or type(stream) is int and
+                                         -(1 << 63) <= stream < U64):
+                addrs.append(addr)
+                deltas.append(size if action == "alloc" else -size or -1)
+                streams.append(0 if stream is None else stream & 0x7FFFFFFFFFFFFFFF)
+                wheres.append(i)
+                small = small and size < 1 << 63
+                continue
         if action not in _ADDRESSED and action not in _SEGMENT_UP and action not in _SEGMENT_DOWN:
             continue
         where = f"{name}: device_traces[{index}][{i}] ({action})"
         size = _whole(e.get("size", 0), "size", where, 0, U64)
         if action == "alloc":
             addr = _whole(e.get("addr"), "addr", where, 0, U64)
-            steps.append((addr, size, _stream_of(e, where), i))
+            addrs.append(addr)
+            deltas.append(size)
+            streams.append(_stream_of(e, where))
+            wheres.append(i)
+            small = small and size < 1 << 63
         elif action == free_action:
             addr = _whole(e.get("addr"), "addr", where, 0, U64)
-            steps.append((addr, -size or -1, 0, i))
+            addrs.append(addr)
+            deltas.append(-size or -1)
+            streams.append(0)
+            wheres.append(i)
+            small = small and size < 1 << 63
         elif action in _SEGMENT_UP:
             reserved += size
             reserved_peak = max(reserved_peak, reserved)
         elif action in _SEGMENT_DOWN:
             reserved -= size
-    events, skipped = _pair(steps)
+    if small:
+        import numpy as np
+        events, skipped = _pair_arrays(np.array(addrs, np.uint64), np.array(deltas, np.int64),
+                                       np.array(streams, np.int64), np.array(wheres, np.int64))
+    else:  # a size past int64: the exact rules in Python
+        events, skipped = _pair(zip(addrs, deltas, streams, wheres))
     return ImportedTrace(events, chosen, skipped, reserved_peak or None)
