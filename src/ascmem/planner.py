@@ -115,8 +115,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
             out.append(Footprint(name, raw["peak"], media_peak, raw.get("curve", []),
                                  complete=raw["peak"] <= REFERENCE_MEMORY))
         elif name == "bestfit-wilderness":
-            from ascmem.reference import BestFitWilderness
-            alloc = BestFitWilderness(REFERENCE_MEMORY)
+            alloc = tr.make_allocator(name, REFERENCE_MEMORY)  # compiled, as reference.py's
             rep = tr.replay(trace, alloc, curve=curves)  # its curve: bytes held, not the arena
             out.append(Footprint(name, _pages(alloc.high_water), media_peak,
                                  rep.get("curve_used", []), complete=not rep["failures"]))

@@ -367,18 +367,25 @@ def make_allocator(name, capacity):
         return ascmem.Pool(capacity, base=base)
     if name == "buddy":
         return ascmem.BuddyAllocator(capacity, base=base)
+    # the peers are compiled (ascmem._replay_peers), the Python references'
+    # algorithms with the same figures; a caching allocator with options
+    # only the reference has is the reference
+    from ascmem import _replay_peers as peers
     if name == "torch-caching":
-        from ascmem.torch_caching import TorchCachingAllocator
-        return TorchCachingAllocator.from_conf(capacity, os.environ.get("PYTORCH_NPU_ALLOC_CONF"))
+        from ascmem.torch_caching import TorchCachingAllocator, parse_conf
+        conf = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
+        opts = parse_conf(conf)
+        if opts.pop("expandable_segments", False):
+            return peers.TorchExpandableSegments(capacity, **opts)
+        if set(opts) <= {"roundup_power2_divisions"}:
+            return peers.TorchCachingAllocator(capacity, **opts)
+        return TorchCachingAllocator.from_conf(capacity, conf)
     if name in ("torch-expandable", "torch-expandable-eager"):
-        from ascmem.torch_expandable import TorchExpandableSegments
-        return TorchExpandableSegments(capacity, eager=name.endswith("eager"))
+        return peers.TorchExpandableSegments(capacity, eager=name.endswith("eager"))
     if name == "bestfit":
-        from ascmem.reference import BestFit
-        return BestFit(capacity)
+        return peers.BestFit(capacity)
     if name == "bestfit-wilderness":
-        from ascmem.reference import BestFitWilderness
-        return BestFitWilderness(capacity)
+        return peers.BestFitWilderness(capacity)
     if name == "tlsf":
         if not tlsf_available():
             raise InvalidArgumentError("the tlsf allocator needs `pip install tlsfallocator`")
@@ -425,6 +432,13 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     is_device = isinstance(allocator, ascmem.Device)
     if _compiled(trace, allocator, curve, snapshot):
         return _replay_compiled(trace, allocator, stop_at_failure, progress)
+    if _compiled_peer(allocator, curve, snapshot, trace):
+        return _replay_peer_compiled(trace, allocator, stop_at_failure, progress, curve)
+    if is_device and not snapshot and curve in (False, "used") and \
+            trace.columns.ids.dtype == "int64":
+        got = _replay_device_compiled(trace, allocator, stop_at_failure, progress, curve)
+        if got is not None:
+            return got
     caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
     paged = isinstance(allocator, ascmem.Pool) and bool(allocator.granule)  # its curve: mapped
     usable = getattr(allocator, "usable_size", None)
@@ -559,18 +573,7 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
     got = replay_columns(allocator, c.alloc, trace.slots(), c.size, c.kind,
                          stop_at_failure=stop_at_failure, progress=progress)
     elapsed = time.perf_counter() - t0
-    first = None
-    if got["first_failure"] >= 0:
-        i = got["first_failure"]
-        first = {"event": i, "line": trace.line_of(i), "where": trace.where(i),
-                 "id": int(c.ids[i]), "size": int(c.size[i]), "kind": KIND_NAMES[c.kind[i]],
-                 "error": str(got["first_error"])}
-    report = {
-        "trace": trace.name, "events": len(trace), "allocations": trace.allocations,
-        "peak_live": got["peak_live"], "peak_used": got["peak_used"],
-        "failures": got["failures"], "first_failure": first,
-        "ops_per_sec": len(trace) / elapsed if elapsed else 0.0, "seconds": elapsed,
-    }
+    report = _compiled_report(trace, got, elapsed)
     if trace.has_kinds:
         report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"].items()}
     if trace.has_streams:
@@ -582,6 +585,85 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
                       physical_efficiency=got["peak_live"] / stats["peak_mapped"]
                       if stats["peak_mapped"] else 0.0)
     return report
+
+
+def _replay_device_compiled(trace, device, stop_at_failure, progress, curve):
+    """replay()'s report through a Device, from the compiled loop
+    (ascmem._core.replay_device): the same figures as the loop in Python
+    (tests/test_replay_compiled.py compares them); None when the device
+    takes its Python API only (debug mode, a paged acl device)."""
+    from ascmem._core import replay_device
+    from ascmem.errors import UnsupportedError
+    from ascmem.trace_data import KIND_NAMES
+    c = trace.columns
+    t0 = time.perf_counter()
+    try:
+        got = replay_device(device, c.alloc, trace.slots(), c.size, c.kind, c.policy,
+                            stop_at_failure=stop_at_failure, curve=bool(curve),
+                            progress=progress)
+    except UnsupportedError:
+        return None
+    elapsed = time.perf_counter() - t0
+    report = _compiled_report(trace, got, elapsed)
+    if trace.has_kinds:
+        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"]}
+    if trace.has_streams:
+        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
+    if curve:
+        report["curve_used"] = got["curve"].tolist()
+        report["curve_used_label"] = "device pages in use"
+    return report
+
+
+def _compiled_peer(allocator, curve, snapshot, trace):
+    """Whether replay() plays trace through allocator, a compiled peer
+    (ascmem._replay_peers), in its compiled loop."""
+    from ascmem._replay_peers import _Peer
+    return isinstance(allocator, _Peer) and curve in (False, "used") and not snapshot \
+        and trace.columns.ids.dtype == "int64"
+
+
+def _replay_peer_compiled(trace, peer, stop_at_failure, progress, curve):
+    """replay()'s report through a compiled peer (ascmem._replay_peers):
+    the same figures as the loop in Python with its Python reference
+    (tests/test_replay_compiled.py compares them)."""
+    from ascmem._replay_peers import replay_peer
+    from ascmem.trace_data import KIND_NAMES
+    c = trace.columns
+    t0 = time.perf_counter()
+    got = replay_peer(peer, c.alloc, trace.slots(), c.size, c.kind,
+                      stop_at_failure=stop_at_failure, curve=bool(curve), progress=progress)
+    elapsed = time.perf_counter() - t0
+    report = _compiled_report(trace, got, elapsed)
+    caching = hasattr(peer, "peak_reserved")
+    if trace.has_kinds:
+        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"]}
+    if trace.has_streams:
+        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
+    if curve:
+        report["curve_used"] = got["curve"].tolist()
+        report["curve_used_label"] = "reserved" if caching else "held after rounding"
+    if caching:
+        report["peak_reserved"] = peer.peak_reserved
+    return report
+
+
+def _compiled_report(trace, got, elapsed):
+    """The figures every compiled replay reports, from its dict."""
+    from ascmem.trace_data import KIND_NAMES
+    c = trace.columns
+    first = None
+    if got["first_failure"] >= 0:
+        i = got["first_failure"]
+        first = {"event": i, "line": trace.line_of(i), "where": trace.where(i),
+                 "id": int(c.ids[i]), "size": int(c.size[i]), "kind": KIND_NAMES[c.kind[i]],
+                 "error": str(got["first_error"])}
+    return {
+        "trace": trace.name, "events": len(trace), "allocations": trace.allocations,
+        "peak_live": got["peak_live"], "peak_used": got["peak_used"],
+        "failures": got["failures"], "first_failure": first,
+        "ops_per_sec": len(trace) / elapsed if elapsed else 0.0, "seconds": elapsed,
+    }
 
 
 def fits(trace, allocator, capacity):
