@@ -71,7 +71,8 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
     failures, first_failure (the event index, or -1), first_error (its
     OutOfMemoryError), kind_peaks ([(kind code, peak)] in the order the
     kinds first held a block), curve (with curve: huge + normal pages in use
-    after each event that changed something, an int64 array; else None).
+    after each event that changed something, an int64 array; else None),
+    peak_pages (the most huge + normal pages in use after any event).
     Everything still live at the end is then freed.  progress(i, n) is
     called between blocks of events."""
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
@@ -80,14 +81,17 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
         raise UnsupportedError("replay_device: a device in debug mode or with a mapper replays "
                                "through its Python API")
     np = _numpy()
-    cdef const uint8_t[::1] al = alloc
-    cdef const int64_t[::1] sl = slot
-    cdef const uint64_t[::1] sz = size
-    cdef const uint8_t[::1] kd = kind
-    cdef const uint32_t[::1] po = policy
+    cdef const uint8_t[::1] al
+    cdef const int64_t[::1] sl
+    cdef const uint64_t[::1] sz
+    cdef const uint8_t[::1] kd
+    cdef const uint32_t[::1] po
+    from ascmem._replay_peers import check_columns
+    check_columns("replay_device", (("alloc", alloc, "uint8"), ("slot", slot, "int64"),
+                                    ("size", size, "uint64"), ("kind", kind, "uint8"),
+                                    ("policy", policy, "uint32")))
+    al, sl, sz, kd, po = alloc, slot, size, kind, policy
     cdef Py_ssize_t n = al.shape[0], slots = 0, i, points = 0, stop
-    if sl.shape[0] != n or sz.shape[0] != n or kd.shape[0] != n or po.shape[0] != n:
-        raise InvalidArgumentError("replay_device: the columns differ in length")
     for i in range(n):
         slots += al[i]
     ptrs = np.full(slots + 1, _NOT_LIVE, np.uint64)
@@ -99,7 +103,7 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
     if curve:
         out_curve = np.empty(n, np.int64)
         pts = out_curve
-    cdef int64_t live = 0, used = 0, peak_live = 0, peak_used = 0, nb, s
+    cdef int64_t live = 0, used = 0, peak_live = 0, peak_used = 0, nb, s, pages, peak_pages = 0
     cdef int64_t kind_live[8]
     cdef int64_t kind_peak[8]
     memset(kind_live, 0, sizeof(kind_live))
@@ -122,6 +126,9 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
                 k = kd[i] & 7
                 nb = <int64_t>sz[i]
                 if al[i]:
+                    if s < 0 or s >= slots:
+                        raise InvalidArgumentError(f"event {i}: slot {s} is not an allocation's "
+                                                   f"ordinal (0 to {slots - 1})")
                     mode = _request_mode(k, po[i], &pol)
                     events = 0
                     # the policy as Device._policy clamps it
@@ -158,7 +165,7 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
                         peak_live = live
                     if used > peak_used:
                         peak_used = used
-                elif s >= 0 and ptr[s] != _NOT_LIVE:
+                elif 0 <= s < slots and ptr[s] != _NOT_LIVE:
                     addr = ptr[s]
                     if not _inline_free(parts) or \
                             ascm_device_free_held(d, addr, _free_mask(k), &got_kind) != ASCM_OK:
@@ -170,8 +177,11 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
                 else:  # its allocation failed: nothing changes, no point on the curve
                     i += 1
                     continue
+                pages = <int64_t>_pages_in_use(d)
+                if pages > peak_pages:
+                    peak_pages = pages
                 if curve:
-                    pts[points] = <int64_t>_pages_in_use(d)
+                    pts[points] = pages
                     points += 1
                 i += 1
             if progress is not None and i < n:
@@ -183,5 +193,5 @@ def replay_device(Device dev, alloc, slot, size, kind, policy, bint stop_at_fail
                 _device_free(dev, addr, _DEVICE_MASK | _DVPP_MASK | _HOST_MASK, None, "free")
     return {"peak_live": peak_live, "peak_used": peak_used, "failures": failures,
             "first_failure": first, "first_error": first_error,
-            "kind_peaks": [(c, kind_peak[c]) for c in order],
+            "kind_peaks": [(c, kind_peak[c]) for c in order], "peak_pages": peak_pages,
             "curve": out_curve[:points] if curve else None}

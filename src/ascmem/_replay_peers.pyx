@@ -20,7 +20,7 @@ from libcpp.set cimport set as cset
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from ascmem.errors import InvalidArgumentError, OutOfMemoryError
+from ascmem.errors import ArgumentTypeError, InvalidArgumentError, OutOfMemoryError
 
 ctypedef pair[uint64_t, uint64_t] SizeAddr
 ctypedef cset[SizeAddr] FreeSet
@@ -40,6 +40,7 @@ cdef class _Peer:
     drop-in replacements for their references."""
     cdef uint64_t oom_size        # the request of the last out-of-memory, for its message
     cdef bint curve_reserved      # the replay's curve is what it reserves, not what it hands out
+    cdef object error             # an exception a Python part raised (tlsf's binding), to raise
 
     cdef int c_alloc(self, uint64_t size, uint64_t *addr) noexcept:
         return _NOMEM
@@ -62,12 +63,20 @@ cdef class _Peer:
         if st == _NOMEM:
             raise OutOfMemoryError(self._oom_text())
         if st == _BADSIZE:
+            self._raise_error()
             raise InvalidArgumentError("size must be positive")
         return addr
 
     def free(self, addr):
         if self.c_free(_addr_arg(addr)) != _OK:
+            self.error = None  # a block the binding did not know: the same error as the others
             raise InvalidArgumentError(f"{addr:#x} is not a live block")
+
+    def _raise_error(self):
+        """Raises what a Python part raised, if anything."""
+        if self.error is not None:
+            exc, self.error = self.error, None
+            raise exc
 
     def usable_size(self, addr):
         cdef uint64_t a = _addr_arg(addr)
@@ -89,6 +98,27 @@ cdef uint64_t _addr_arg(object addr) except? 0:
     if isinstance(addr, bool) or not isinstance(addr, int) or not 0 <= addr < 1 << 64:
         raise InvalidArgumentError(f"{addr!r} is not a block's address")
     return addr
+
+
+def check_columns(what, columns):
+    """ArgumentTypeError unless each (name, array, dtype) of columns is a
+    one-dimensional contiguous numpy array of that dtype, and
+    InvalidArgumentError unless they are all as long: what the compiled
+    loops read (a typed error, not the buffer protocol's ValueError)."""
+    import numpy as np
+    n = None
+    for name, array, dtype in columns:
+        if not isinstance(array, np.ndarray) or array.dtype != np.dtype(dtype) or \
+                array.ndim != 1 or not array.flags.c_contiguous:
+            got = type(array).__name__
+            if isinstance(array, np.ndarray):
+                got = f"{array.dtype} array of shape {array.shape}" + \
+                    ("" if array.flags.c_contiguous else ", not contiguous")
+            raise ArgumentTypeError(f"{what}: the {name} column must be a contiguous "
+                                    f"one-dimensional {dtype} array, not a {got}")
+        if n is not None and len(array) != n:
+            raise InvalidArgumentError(f"{what}: the columns differ in length")
+        n = len(array)
 
 
 # ---- best fit (ascmem.reference.BestFit, BestFitWilderness) ---------------------------
@@ -199,12 +229,13 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
     mapped when it unmaps every granule no live block touches."""
     if isinstance(granule, bool) or not isinstance(granule, int) or granule <= 0:
         raise InvalidArgumentError(f"granule must be a positive int, not {granule!r}")
-    cdef const uint8_t[::1] al = alloc
-    cdef const int64_t[::1] sl = slot
-    cdef const uint64_t[::1] sz = size
+    cdef const uint8_t[::1] al
+    cdef const int64_t[::1] sl
+    cdef const uint64_t[::1] sz
+    check_columns("bestfit_unmapped_peak", (("alloc", alloc, "uint8"), ("slot", slot, "int64"),
+                                            ("size", size, "uint64")))
+    al, sl, sz = alloc, slot, size
     cdef Py_ssize_t n = al.shape[0], i, slots = 0
-    if sl.shape[0] != n or sz.shape[0] != n:
-        raise InvalidArgumentError("bestfit_unmapped_peak: the columns differ in length")
     for i in range(n):
         slots += al[i]
     cdef BestFit fit = BestFit(1 << 46)
@@ -216,8 +247,9 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
     for i in range(n):
         s = sl[i]
         if al[i]:
-            if s < 0 or s > slots:
-                raise InvalidArgumentError(f"event {i}: slot {s} is out of range")
+            if s < 0 or s >= slots:
+                raise InvalidArgumentError(f"event {i}: slot {s} is not an allocation's "
+                                           f"ordinal (0 to {slots - 1})")
             if fit.c_alloc(sz[i], &off) != _OK:
                 raise OutOfMemoryError(fit._oom_text())
             ptr[s] = off
@@ -229,7 +261,7 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
                 refs[j] += 1
             if mapped > peak:
                 peak = mapped
-        elif 0 <= s <= slots and ptr[s] != _NOT_LIVE:
+        elif 0 <= s < slots and ptr[s] != _NOT_LIVE:
             off = ptr[s]
             ptr[s] = _NOT_LIVE
             usable = fit.c_usable(off)
@@ -241,6 +273,60 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
                     refs.erase(j)
                     mapped -= 1
     return peak * g
+
+
+# ---- tlsfallocator ---------------------------------------------------------------------
+
+cdef class TlsfPeer(_Peer):
+    """tlsfallocator's OffsetAllocator over capacity bytes in 64-byte units,
+    as a peer: the one peer whose every allocate and free is a Python call
+    (into its pybind11 binding); the loop around them is compiled."""
+    cdef object _a, _allocate, _release
+    cdef dict _live                    # address -> its OffsetAllocation
+    cdef unordered_map[uint64_t, uint64_t] held   # address -> its size in whole units
+    cdef readonly uint64_t capacity
+
+    def __init__(self, capacity):
+        import TLSFAllocator
+        cdef uint64_t units = _size_arg(capacity) // 64
+        if units >= (<uint64_t>1) << 32:
+            raise InvalidArgumentError("tlsfallocator manages at most 2^32 units")
+        self._a = TLSFAllocator.OffsetAllocator(units, 1 << 20)
+        self._allocate, self._release = self._a.allocate, self._a.free
+        self._live = {}
+        self.capacity = capacity
+
+    cdef int c_alloc(self, uint64_t size, uint64_t *addr) noexcept:
+        cdef uint64_t offset
+        try:
+            got = self._allocate((size + 63) // 64)
+            offset = got.offset
+        except BaseException as exc:
+            self.error = exc
+            return _BADSIZE
+        if offset == 0xFFFFFFFF:
+            self.oom_size = size
+            return _NOMEM
+        addr[0] = offset * 64
+        self._live[addr[0]] = got
+        self.held[addr[0]] = (size + 63) // 64 * 64
+        return _OK
+
+    cdef int c_free(self, uint64_t addr) noexcept:
+        try:
+            self._release(self._live.pop(addr))
+        except BaseException as exc:
+            self.error = exc
+            return _BADFREE
+        self.held.erase(addr)
+        return _OK
+
+    cdef uint64_t c_usable(self, uint64_t addr) noexcept:
+        cdef unordered_map[uint64_t, uint64_t].iterator it = self.held.find(addr)
+        return _NOT_LIVE if it == self.held.end() else deref(it).second
+
+    def _oom_text(self):
+        return f"tlsfallocator: no room for {self.oom_size} bytes"
 
 
 # ---- the replay loop ------------------------------------------------------------------
@@ -256,13 +342,14 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
     else the bytes it hands out; an int64 array).  Everything still live at
     the end is then freed.  progress(i, n) is called between blocks."""
     import numpy as np
-    cdef const uint8_t[::1] al = alloc
-    cdef const int64_t[::1] sl = slot
-    cdef const uint64_t[::1] sz = size
-    cdef const uint8_t[::1] kd = kind
+    cdef const uint8_t[::1] al
+    cdef const int64_t[::1] sl
+    cdef const uint64_t[::1] sz
+    cdef const uint8_t[::1] kd
+    check_columns("replay_peer", (("alloc", alloc, "uint8"), ("slot", slot, "int64"),
+                                  ("size", size, "uint64"), ("kind", kind, "uint8")))
+    al, sl, sz, kd = alloc, slot, size, kind
     cdef Py_ssize_t n = al.shape[0], i, slots = 0, points = 0, stop
-    if sl.shape[0] != n or sz.shape[0] != n or kd.shape[0] != n:
-        raise InvalidArgumentError("replay_peer: the columns differ in length")
     for i in range(n):
         slots += al[i]
     cdef vector[uint64_t] ptr
@@ -290,11 +377,13 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
                 k = kd[i] & 7
                 nb = <int64_t>sz[i]
                 if al[i]:
-                    if s < 0 or s > slots:
-                        raise InvalidArgumentError(f"event {i}: slot {s} is out of range")
+                    if s < 0 or s >= slots:
+                        raise InvalidArgumentError(f"event {i}: slot {s} is not an "
+                                                   f"allocation's ordinal (0 to {slots - 1})")
                     st = peer.c_alloc(sz[i], &addr)
                     if st != _OK:
                         if st != _NOMEM:
+                            peer._raise_error()
                             raise InvalidArgumentError(f"event {i}: size must be positive")
                         failures += 1
                         if first < 0:
@@ -319,8 +408,9 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
                         peak_live = live
                     if used > peak_used:
                         peak_used = used
-                elif 0 <= s <= slots and ptr[s] != _NOT_LIVE:
+                elif 0 <= s < slots and ptr[s] != _NOT_LIVE:
                     if peer.c_free(ptr[s]) != _OK:
+                        peer._raise_error()
                         raise InvalidArgumentError(f"event {i}: the peer refused the free of "
                                                    f"{ptr[s]:#x}")
                     ptr[s] = _NOT_LIVE

@@ -502,7 +502,26 @@ def _run(args):
         effs = [tr.physical_efficiency(t, g)[0] for g in (2 * MiB, 64 * 1024)]
         figures["physical_efficiency"].append({"trace": t.name, "2MiB": effs[0], "64KiB": effs[1]})
         print(f"{t.name:22s}" + "".join(f"{e:10.3f}" for e in effs))
+
+    figures["trace_scale"] = trace_scale(args.quick)
     return figures
+
+
+def trace_scale(quick):
+    """The trace-scale row (ascmem.bench_scale): each command on a generated
+    trace, in a child process; printed, and its figures returned."""
+    from ascmem import bench_scale
+    events = 20_000 if quick else 200_000
+    formats = ("csv",) if quick else ("csv", "json")
+    rows = bench_scale.rows(events, formats)
+    print(f"\ntrace scale: commands on a generated serving trace of {rows[0]['events']:,} events, "
+          f"each in a child process (benchmarks/trace_scale.py runs it at a million and more)")
+    print(f"{'format':8s}{'command':16s}{'CPU s':>8s}{'M events/s':>12s}{'peak RSS':>10s}")
+    for r in rows:
+        print(f"{r['format']:8s}{r['command']:16s}{r['cpu_s']:8.2f}"
+              f"{(r['events_per_s'] or 0) / 1e6:12.2f}{r['peak_rss_mb']:7d} MB" +
+              ("" if r["exit"] in (0, 1) else f"  (exit {r['exit']})"))
+    return [{k: v for k, v in r.items() if k != "output"} for r in rows]
 
 
 def _size(n):

@@ -100,10 +100,8 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     for name in allocators:
         if name == "ascmem":
             dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
-            rep = tr.replay(trace, dev, curve="used")  # its peak is the curve's
-            curve = rep["curve_used"]
-            out.append(Footprint(name, max(curve, default=0), media_peak, curve if curves else [],
-                                 complete=not rep["failures"]))
+            peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
+            out.append(Footprint(name, peak, media_peak, curve, complete=not failures))
         elif name.startswith("torch-"):
             alloc = tr.make_allocator(name, REFERENCE_MEMORY)  # torch-caching reads the conf
             rep = tr.replay(trace, alloc, curve=curves)

@@ -301,30 +301,6 @@ class AclRecorder:
 
 # ---- replay -------------------------------------------------------------------------------
 
-class _TlsfAdapter:
-    """tlsfallocator (OffsetAllocator) over the same bytes, in 64-byte units."""
-
-    def __init__(self, capacity):
-        import TLSFAllocator
-        units = capacity // GRANULE
-        if units >= 1 << 32:
-            raise InvalidArgumentError("tlsfallocator manages at most 2^32 units")
-        self._a = TLSFAllocator.OffsetAllocator(units, 1 << 20)
-        self._live = {}
-        self.capacity = capacity
-
-    def alloc(self, size, align=GRANULE):
-        got = self._a.allocate((size + GRANULE - 1) // GRANULE)
-        if got.offset == 0xFFFFFFFF:
-            raise OutOfMemoryError(f"tlsfallocator: no room for {size} bytes")
-        addr = got.offset * GRANULE
-        self._live[addr] = got
-        return addr
-
-    def free(self, addr):
-        self._a.free(self._live.pop(addr))
-
-
 def tlsf_available():
     try:
         import TLSFAllocator  # noqa: F401
@@ -389,7 +365,7 @@ def make_allocator(name, capacity):
     if name == "tlsf":
         if not tlsf_available():
             raise InvalidArgumentError("the tlsf allocator needs `pip install tlsfallocator`")
-        return _TlsfAdapter(capacity)
+        return peers.TlsfPeer(capacity)
     raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
 
 
@@ -587,7 +563,21 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
     return report
 
 
-def _replay_device_compiled(trace, device, stop_at_failure, progress, curve):
+def device_footprint(trace, device, curve=False):
+    """(the most huge + normal pages of device in use after any event of
+    trace, the failures, with curve the pages in use after each event):
+    what `ascmem plan` asks of a replay through a Device, without the
+    curve's memory when it is not asked for."""
+    got = _replay_device_compiled(trace, device, False, None, curve, keep=True) \
+        if trace.columns.ids.dtype == "int64" else None
+    if got is None:
+        rep = replay(trace, device, curve="used")
+        return max(rep["curve_used"], default=0), rep["failures"], \
+            rep["curve_used"] if curve else []
+    return got["peak_pages"], got["failures"], got.get("curve_used", [])
+
+
+def _replay_device_compiled(trace, device, stop_at_failure, progress, curve, keep=False):
     """replay()'s report through a Device, from the compiled loop
     (ascmem._core.replay_device): the same figures as the loop in Python
     (tests/test_replay_compiled.py compares them); None when the device
@@ -612,6 +602,8 @@ def _replay_device_compiled(trace, device, stop_at_failure, progress, curve):
     if curve:
         report["curve_used"] = got["curve"].tolist()
         report["curve_used_label"] = "device pages in use"
+    if keep:
+        report["peak_pages"] = got["peak_pages"]
     return report
 
 
