@@ -60,33 +60,33 @@ def peak(trace, device, curve=False):
     sizes = c.size[allocs]
     requests = c.policy[allocs].astype(np.uint64) << np.uint64(3) | c.kind[allocs]
     order = np.lexsort((requests, sizes))
+    by_size, by_request = sizes[order], requests[order]
     new = np.ones(len(order), bool)
-    new[1:] = (sizes[order][1:] != sizes[order][:-1]) | (requests[order][1:] != requests[order][:-1])
+    new[1:] = (by_size[1:] != by_size[:-1]) | (by_request[1:] != by_request[:-1])
     which = np.empty(len(order), np.int64)
     which[order] = np.cumsum(new) - 1  # each allocation's distinct request
     firsts = order[new]
     routed = [pages_of(device, size, KIND_NAMES[request & 7], request >> 3)
               for size, request in zip(sizes[firsts].tolist(), requests[firsts].tolist())]
-    route_kind = np.array([int(k) for k, _ in routed], np.int64).reshape(-1)
+    route_kind = np.array([int(k) for k, _ in routed], np.int8).reshape(-1)
     route_bytes = np.array([n for _, n in routed], np.int64).reshape(-1)
-    # each event's allocation (its own, or the one a free gives back; -1: none live)
+    # each event's allocation's ordinal: its own, or the one a free gives back (-1: none live)
     slots = trace.slots()
-    of_alloc = np.full(len(c.alloc), -1, np.int64)
-    paired = slots >= 0
-    of_alloc[paired] = allocs[slots[paired]]
-    ordinal = np.full(len(c.alloc), -1, np.int64)  # the allocation's ordinal among allocations
-    ordinal[allocs] = np.arange(len(allocs))
-    counted = of_alloc >= 0
-    kinds = np.full(len(c.alloc), -1, np.int64)
-    delta = np.zeros(len(c.alloc), np.int64)
-    route = which[ordinal[of_alloc[counted]]]
+    counted = slots >= 0
+    route = which[slots[counted]]
+    kinds = np.full(len(slots), -1, np.int8)
     kinds[counted] = route_kind[route]
-    delta[counted] = np.where(c.alloc[counted] != 0, 1, -1) * route_bytes[route]
+    delta = np.zeros(len(slots), np.int64)
+    delta[counted] = route_bytes[route]
+    np.negative(delta, out=delta, where=c.alloc == 0)
+    del route
     device_bytes = counted & ((kinds != int(MemKind.HOST)) | (device.mode == "RC"))
-    held = np.cumsum(np.where(device_bytes, delta, 0))
+    held = np.where(device_bytes, delta, 0)
+    del device_bytes
+    np.cumsum(held, out=held)
     per_kind = {}
-    firsts = sorted((int(np.argmax(kinds == k)), k) for k in np.unique(kinds[counted]).tolist())
-    for _, k in firsts:  # in the order the kinds first held a block
+    seen = sorted((int(np.argmax(kinds == k)), k) for k in np.unique(kinds[counted]).tolist())
+    for _, k in seen:  # in the order the kinds first held a block
         mine = kinds == k
         per_kind[MemKind(k).name.lower()] = max(0, int(np.cumsum(delta[mine]).max()))
     out = {"peak": max(0, int(held.max())) if len(held) else 0, "per_kind_peak": per_kind}
