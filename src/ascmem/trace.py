@@ -543,17 +543,12 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
     """replay()'s report, from the compiled loop: the same figures as the
     loop in Python (tests/test_trace_scale.py compares them)."""
     from ascmem._core import replay_columns
-    from ascmem.trace_data import KIND_NAMES
     c = trace.columns
     t0 = time.perf_counter()
     got = replay_columns(allocator, c.alloc, trace.slots(), c.size, c.kind,
                          stop_at_failure=stop_at_failure, progress=progress)
     elapsed = time.perf_counter() - t0
     report = _compiled_report(trace, got, elapsed)
-    if trace.has_kinds:
-        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"].items()}
-    if trace.has_streams:
-        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
     if getattr(allocator, "granule", 0):  # a paged pool: the physical side
         stats = got["stats"]
         report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
@@ -584,7 +579,6 @@ def _replay_device_compiled(trace, device, stop_at_failure, progress, curve, kee
     takes its Python API only (debug mode, a paged acl device)."""
     from ascmem._core import replay_device
     from ascmem.errors import UnsupportedError
-    from ascmem.trace_data import KIND_NAMES
     c = trace.columns
     t0 = time.perf_counter()
     try:
@@ -594,14 +588,7 @@ def _replay_device_compiled(trace, device, stop_at_failure, progress, curve, kee
     except UnsupportedError:
         return None
     elapsed = time.perf_counter() - t0
-    report = _compiled_report(trace, got, elapsed)
-    if trace.has_kinds:
-        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"]}
-    if trace.has_streams:
-        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
-    if curve:
-        report["curve_used"] = got["curve"].tolist()
-        report["curve_used_label"] = "device pages in use"
+    report = _compiled_report(trace, got, elapsed, curve and "device pages in use")
     if keep:
         report["peak_pages"] = got["peak_pages"]
     return report
@@ -620,28 +607,23 @@ def _replay_peer_compiled(trace, peer, stop_at_failure, progress, curve):
     the same figures as the loop in Python with its Python reference
     (tests/test_replay_compiled.py compares them)."""
     from ascmem._replay_peers import replay_peer
-    from ascmem.trace_data import KIND_NAMES
     c = trace.columns
     t0 = time.perf_counter()
     got = replay_peer(peer, c.alloc, trace.slots(), c.size, c.kind,
                       stop_at_failure=stop_at_failure, curve=bool(curve), progress=progress)
     elapsed = time.perf_counter() - t0
-    report = _compiled_report(trace, got, elapsed)
     caching = hasattr(peer, "peak_reserved")
-    if trace.has_kinds:
-        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"]}
-    if trace.has_streams:
-        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
-    if curve:
-        report["curve_used"] = got["curve"].tolist()
-        report["curve_used_label"] = "reserved" if caching else "held after rounding"
+    report = _compiled_report(trace, got, elapsed,
+                              curve and ("reserved" if caching else "held after rounding"))
     if caching:
         report["peak_reserved"] = peer.peak_reserved
     return report
 
 
-def _compiled_report(trace, got, elapsed):
-    """The figures every compiled replay reports, from its dict."""
+def _compiled_report(trace, got, elapsed, curve_label=None):
+    """The figures every compiled replay reports, from its dict (kind_peaks:
+    a dict or (kind code, peak) pairs, in the report's order); with
+    curve_label, its curve."""
     from ascmem.trace_data import KIND_NAMES
     c = trace.columns
     first = None
@@ -650,12 +632,21 @@ def _compiled_report(trace, got, elapsed):
         first = {"event": i, "line": trace.line_of(i), "where": trace.where(i),
                  "id": int(c.ids[i]), "size": int(c.size[i]), "kind": KIND_NAMES[c.kind[i]],
                  "error": str(got["first_error"])}
-    return {
+    report = {
         "trace": trace.name, "events": len(trace), "allocations": trace.allocations,
         "peak_live": got["peak_live"], "peak_used": got["peak_used"],
         "failures": got["failures"], "first_failure": first,
         "ops_per_sec": len(trace) / elapsed if elapsed else 0.0, "seconds": elapsed,
     }
+    if trace.has_kinds:
+        peaks = dict(got["kind_peaks"])
+        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in peaks.items()}
+    if trace.has_streams:
+        report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
+    if curve_label:
+        report["curve_used"] = got["curve"].tolist()
+        report["curve_used_label"] = curve_label
+    return report
 
 
 def fits(trace, allocator, capacity):
