@@ -195,3 +195,11 @@ def test_the_compiled_peers_refuse_what_their_references_refuse():
                  _replay_peers.TorchExpandableSegments(1 << 30)):
         with pytest.raises(InvalidArgumentError):
             peer.alloc(0)
+
+
+def test_a_closed_device_raises_as_it_does_through_the_api():
+    t = tr.example("gru_lm")
+    dev = ascmem.Device("atlas-a2-training")
+    dev.close()
+    with pytest.raises(ascmem.DeviceClosedError):
+        tr.replay(t, dev)
