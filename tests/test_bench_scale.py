@@ -26,3 +26,8 @@ def test_each_command_runs_on_the_generated_trace_and_reports_its_figures(tmp_pa
         assert r["exit"] == 0, r["output"]
         assert r["events"] == 4000 and r["cpu_s"] > 0 and r["peak_rss_mb"] > 0
         assert r["events_per_s"] > 0
+
+
+def test_the_startup_a_row_includes_is_measured_apart():
+    cpu, rss = bench_scale.startup()
+    assert cpu > 0 and rss > 0

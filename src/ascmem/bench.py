@@ -514,14 +514,17 @@ def trace_scale(quick):
     events = 20_000 if quick else 200_000
     formats = ("csv",) if quick else ("csv", "json")
     rows = bench_scale.rows(events, formats)
+    cpu, rss = bench_scale.startup()
     print(f"\ntrace scale: commands on a generated serving trace of {rows[0]['events']:,} events, "
-          f"each in a child process (benchmarks/trace_scale.py runs it at a million and more)")
+          f"each in a child process (benchmarks/trace_scale.py runs it at a million and more); "
+          f"a child's start and imports alone take {cpu:.2f} s CPU and {rss / 1e6:.0f} MB")
     print(f"{'format':8s}{'command':16s}{'CPU s':>8s}{'M events/s':>12s}{'peak RSS':>10s}")
     for r in rows:
         print(f"{r['format']:8s}{r['command']:16s}{r['cpu_s']:8.2f}"
               f"{(r['events_per_s'] or 0) / 1e6:12.2f}{r['peak_rss_mb']:7d} MB" +
               ("" if r["exit"] in (0, 1) else f"  (exit {r['exit']})"))
-    return [{k: v for k, v in r.items() if k != "output"} for r in rows]
+    return {"startup": {"cpu_s": round(cpu, 2), "peak_rss_mb": round(rss / 1e6)},
+            "rows": [{k: v for k, v in r.items() if k != "output"} for r in rows]}
 
 
 def _size(n):

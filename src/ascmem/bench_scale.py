@@ -98,10 +98,20 @@ def write_chrome(path, ops, ids, sizes):
 def run(command, path, extra=()):
     """(CPU seconds, peak RSS bytes, wall seconds, exit code, output) of one
     command in a child process (os.wait4: that child's own usage)."""
+    return _child([sys.executable, "-m", "ascmem", *command, str(path), *extra, "--quiet"])
+
+
+def startup():
+    """(CPU seconds, peak RSS bytes) of a child that only starts and imports
+    the command line: what every row's figures include besides the work."""
+    cpu, rss, _, _, _ = _child([sys.executable, "-c", "import ascmem.cli, ascmem.trace"])
+    return cpu, rss
+
+
+def _child(argv):
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
-        child = subprocess.Popen([sys.executable, "-m", "ascmem", *command, str(path), *extra,
-                                  "--quiet"], stdout=log, stderr=subprocess.STDOUT, text=True)
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
