@@ -564,7 +564,7 @@ def device_footprint(trace, device, curve=False):
     what `ascmem plan` asks of a replay through a Device, without the
     curve's memory when it is not asked for."""
     got = _replay_device_compiled(trace, device, False, None, curve, keep=True) \
-        if trace.columns.ids.dtype == "int64" else None
+        if _a_trace(trace).columns.ids.dtype == "int64" else None
     if got is None:
         rep = replay(trace, device, curve="used")
         return max(rep["curve_used"], default=0), rep["failures"], \
