@@ -74,7 +74,18 @@ tracepair = Extension(
     extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
 )
 
+# The compiled peers of replay, fit and plan (best fit, torch_npu's caching
+# allocator and expandable segments): C++ for its ordered sets, which keep
+# free blocks in the order the Python references keep them with bisect.
+replay_peers = Extension(
+    "ascmem._replay_peers",
+    sources=["src/ascmem/_replay_peers.pyx"],
+    language="c++",
+    extra_compile_args=[a for a in compile_args if a != "-flto"],
+    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
+)
+
 setup(
-    ext_modules=cythonize([ext, tracecsv, tracejson, tracepair], compiler_directives={"language_level": 3}),
+    ext_modules=cythonize([ext, tracecsv, tracejson, tracepair, replay_peers], compiler_directives={"language_level": 3}),
     cmdclass={"build_py": build_py_with_header},
 )

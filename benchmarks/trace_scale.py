@@ -2,114 +2,17 @@
 profiler Chrome trace (JSON) and an ascmem CSV of the same workload -- and
 runs `ascmem replay`, `fit` and `plan` on it, each in a child process,
 reporting CPU seconds, events per second and peak memory (the child's
-maximum resident set size).
+maximum resident set size).  The workload and the measuring are
+ascmem.tools.bench_scale's (`ascmem bench` runs them small).
 
     python benchmarks/trace_scale.py --events 1000000 [--commands replay,fit,plan]
     python benchmarks/trace_scale.py --events 10000000 --formats csv --commands fit
-
-The workload: a serving-like loop -- a few long-lived blocks (weights, a KV
-cache), and per step activations of many sizes freed mostly in reverse order,
-with a share that outlives a few steps.  Seeded: the same events every run.
 """
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 
-import numpy as np
-
-COMMANDS = {
-    "replay": ["replay", "--allocator", "pool"],
-    "fit": ["fit", "--allocator", "pool", "--paged"],
-    "plan": ["plan"],
-}
-
-
-def workload(n_events, seed=7):
-    """(is_alloc, id, size) arrays of n_events events, every free after its
-    allocation, everything freed by the end."""
-    rng = np.random.default_rng(seed)
-    n_allocs = n_events // 2
-    sizes = np.where(rng.random(n_allocs) < 0.7,
-                     rng.integers(1, 64, n_allocs) * 512,                 # small activations
-                     rng.integers(1, 256, n_allocs) * 65536).astype(np.int64)  # large ones
-    sizes[:8] = 256 << 20  # long-lived: weights and a cache
-    ops, ids = [], []
-    live = []
-    nid = 0
-    # a stack of live blocks: each step pushes a few and pops a few, keeping it bounded
-    for step in range(n_allocs):
-        ops.append(1)
-        ids.append(nid)
-        live.append(nid)
-        nid += 1
-        if len(live) > 8 + 48 or (len(live) > 8 and rng.random() < 0.45):
-            k = len(live) - 1 if rng.random() < 0.8 else int(rng.integers(8, len(live)))
-            ops.append(0)
-            ids.append(live.pop(k))
-    for ident in reversed(live):
-        ops.append(0)
-        ids.append(ident)
-    ops = np.array(ops, np.uint8)
-    ids = np.array(ids, np.int64)
-    return ops, ids, sizes[ids]
-
-
-def write_csv(path, ops, ids, sizes):
-    with open(path, "w") as f:
-        f.write("op,id,size\n")
-        for lo in range(0, len(ops), 1 << 16):
-            hi = lo + (1 << 16)
-            f.write("".join(f"a,{i},{s}\n" if o else f"f,{i},\n" for o, i, s in
-                            zip(ops[lo:hi].tolist(), ids[lo:hi].tolist(),
-                                sizes[lo:hi].tolist())))
-
-
-def write_chrome(path, ops, ids, sizes):
-    """The profiler's Chrome trace: [memory] instant events (Addr, Bytes
-    signed), an operator event before every fourth one, as the profiler
-    interleaves them."""
-    addr = 0x7F0000000000 + ids * 4096 * 1024  # a distinct address per block
-    with open(path, "w") as f:
-        f.write('{"schemaVersion": 1, "traceEvents": [\n')
-        ts = 1700000000000.0
-        first = True
-        for lo in range(0, len(ops), 1 << 16):
-            hi = lo + (1 << 16)
-            out = []
-            for k, (o, a, s) in enumerate(zip(ops[lo:hi].tolist(), addr[lo:hi].tolist(),
-                                              sizes[lo:hi].tolist())):
-                ts += 1.5
-                if k % 4 == 0:
-                    out.append('{"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, '
-                               f'"tid": 1, "ts": {ts:.3f}, "dur": 1.2, "args": '
-                               '{"External id": 1, "Record function id": 0, "Ev Idx": 0}}')
-                out.append('{"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",'
-                           f' "pid": 1, "tid": 1, "ts": {ts:.3f}, "args": {{"Total Reserved": 0,'
-                           f' "Total Allocated": 0, "Bytes": {s if o else -s}, "Addr": {a},'
-                           ' "Device Id": 0, "Device Type": 20}}')
-            f.write(("" if first else ",\n") + ",\n".join(out))
-            first = False
-        f.write("\n]}\n")
-
-
-def run(command, path, extra=()):
-    """(CPU seconds, peak RSS bytes, wall seconds, exit code, output) of one
-    command in a child process (os.wait4: that child's own usage)."""
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as log:
-        child = subprocess.Popen([sys.executable, "-m", "ascmem", *command, str(path), *extra,
-                                  "--quiet"], stdout=log, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        log.seek(0)
-        text = log.read()
-    wall = time.perf_counter() - t0
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, wall, child.returncode, text
+from ascmem.tools import bench_scale
 
 
 def main(argv=None):
@@ -117,32 +20,22 @@ def main(argv=None):
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--formats", default="json,csv")
     ap.add_argument("--commands", default="replay,fit,plan")
-    ap.add_argument("--dir", default=None, help="where the traces go (default: a temp dir)")
+    ap.add_argument("--dir", default=None, help="where the traces go and stay (default: a "
+                    "temporary dir, removed)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    out = args.dir or tempfile.mkdtemp(prefix="ascmem-scale-")
-    ops, ids, sizes = workload(args.events)
-    n = len(ops)
-    results = []
-    for fmt in args.formats.split(","):
-        path = os.path.join(out, f"scale_{n}.{'json' if fmt == 'json' else 'csv'}")
-        if not os.path.exists(path):
-            (write_chrome if fmt == "json" else write_csv)(path, ops, ids, sizes)
-        for name in args.commands.split(","):
-            cpu, rss, wall, code, text = run(COMMANDS[name], path)
-            row = {"format": fmt, "command": name, "events": n, "bytes": os.path.getsize(path),
-                   "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
-                   "events_per_s": round(n / cpu) if cpu else None,
-                   "peak_rss_mb": round(rss / 1e6), "exit": code}
-            results.append(row)
-            if not args.json:
-                print(f"{fmt:5} {name:7} {n:>11,} events  {cpu:7.2f} s CPU  {wall:7.2f} s wall  "
-                      f"{n / cpu / 1e6:6.2f} M events/s  peak {rss / 1e6:7.0f} MB  exit {code}",
-                      flush=True)
-                if code not in (0, 1):
-                    print(text[-2000:])
+    results = bench_scale.rows(args.events, args.formats.split(","), args.commands.split(","),
+                               args.dir)
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps([{k: v for k, v in r.items() if k != "output"} for r in results],
+                         indent=2))
+        return
+    for r in results:
+        print(f"{r['format']:5} {r['command']:7} {r['events']:>11,} events  {r['cpu_s']:7.2f} s "
+              f"CPU  {r['wall_s']:7.2f} s wall  {r['events_per_s'] / 1e6:6.2f} M events/s  peak "
+              f"{r['peak_rss_mb']:7.0f} MB  exit {r['exit']}")
+        if r["exit"] not in (0, 1):
+            print(r["output"])
 
 
 if __name__ == "__main__":

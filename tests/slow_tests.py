@@ -8,6 +8,8 @@ mark it @pytest.mark.slow."""
 
 # every test of these files
 SLOW_FILES = {
+    "tests/traces/test_replay_compiled.py",
+    "tests/tools/test_bench_scale.py",
     "tests/device/test_paged_range.py",
     "tests/tools/test_frugality_peers.py",
     "tests/core/test_embedding.py",

@@ -47,7 +47,56 @@ def peak(trace, device, curve=False):
     """The peak of device memory raw CANN calls would hold for trace on
     device's product: {"peak": bytes of device memory (host memory aside,
     except in RC mode where it is the device's), "per_kind_peak": {kind
-    name: bytes}}; with curve, "curve": device bytes held after each event."""
+    name: bytes}}; with curve, "curve": device bytes held after each event.
+    Over the trace's columns, one route per distinct request; peak_by_event
+    is the same rule event by event (for ids that are not integers)."""
+    if trace.columns.ids.dtype != "int64":
+        return peak_by_event(trace, device, curve)
+    import numpy as np
+    from ascmem.trace.data import KIND_NAMES
+    c = trace.columns
+    allocs = np.flatnonzero(c.alloc)
+    # one route per distinct (size, kind, policy): the route depends on nothing else
+    sizes = c.size[allocs]
+    requests = c.policy[allocs].astype(np.uint64) << np.uint64(3) | c.kind[allocs]
+    order = np.lexsort((requests, sizes))
+    by_size, by_request = sizes[order], requests[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (by_size[1:] != by_size[:-1]) | (by_request[1:] != by_request[:-1])
+    which = np.empty(len(order), np.int64)
+    which[order] = np.cumsum(new) - 1  # each allocation's distinct request
+    firsts = order[new]
+    routed = [pages_of(device, size, KIND_NAMES[request & 7], request >> 3)
+              for size, request in zip(sizes[firsts].tolist(), requests[firsts].tolist())]
+    route_kind = np.array([int(k) for k, _ in routed], np.int8).reshape(-1)
+    route_bytes = np.array([n for _, n in routed], np.int64).reshape(-1)
+    # each event's allocation's ordinal: its own, or the one a free gives back (-1: none live)
+    slots = trace.slots()
+    counted = slots >= 0
+    route = which[slots[counted]]
+    kinds = np.full(len(slots), -1, np.int8)
+    kinds[counted] = route_kind[route]
+    delta = np.zeros(len(slots), np.int64)
+    delta[counted] = route_bytes[route]
+    np.negative(delta, out=delta, where=c.alloc == 0)
+    del route
+    device_bytes = counted & ((kinds != int(MemKind.HOST)) | (device.mode == "RC"))
+    held = np.where(device_bytes, delta, 0)
+    del device_bytes
+    np.cumsum(held, out=held)
+    per_kind = {}
+    seen = sorted((int(np.argmax(kinds == k)), k) for k in np.unique(kinds[counted]).tolist())
+    for _, k in seen:  # in the order the kinds first held a block
+        mine = kinds == k
+        per_kind[MemKind(k).name.lower()] = max(0, int(np.cumsum(delta[mine]).max()))
+    out = {"peak": max(0, int(held.max())) if len(held) else 0, "per_kind_peak": per_kind}
+    if curve:
+        out["curve"] = held.tolist()
+    return out
+
+
+def peak_by_event(trace, device, curve=False):
+    """peak(), event by event."""
     rc_host = device.mode == "RC"
     live, held, kind_held, kind_peak, top = {}, 0, {}, {}, 0
     points = [] if curve else None

@@ -18,7 +18,12 @@ high-water mark.
 
 bestfit_unmapped_peak is best fit in a virtual range so large that the end
 is never reached, unmapping every granule that no live block touches: the
-reference of a page-mapped pool."""
+reference of a page-mapped pool.
+
+These are the readable references.  What replay, fit, plan and bench run
+is their compiled twin, ascmem._replay_peers (the same algorithm over C++
+ordered sets; tests/test_replay_compiled.py checks that every figure on
+every shipped trace is the same)."""
 import bisect
 
 from ascmem.errors import OutOfMemoryError

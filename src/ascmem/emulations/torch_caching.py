@@ -34,6 +34,12 @@ It follows Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp
     (NPUAllocatorConfig.cpp 306-312).
   - expandable_segments: ascmem.emulations.torch_expandable (from_conf picks it).
 One stream, no events: a trace has neither.
+
+This is the readable reference.  ascmem._replay_peers.TorchCachingAllocator
+is its compiled twin, which replay, fit and plan run (ascmem.trace.
+make_allocator picks it unless max_split_size_mb or
+garbage_collection_threshold is set); tests/test_replay_compiled.py checks
+that every figure is the same.
 """
 
 import bisect

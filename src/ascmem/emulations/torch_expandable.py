@@ -29,6 +29,11 @@ It follows Ascend/pytorch torch_npu/csrc/core/npu/NPUCachingAllocator.cpp
     free block of both pools ([C] 3122-3168, unmap_block 3241-3302,
     release_blocks 3304-3330).
 One stream, no events: a trace has neither.
+
+This is the readable reference.  ascmem._replay_peers.TorchExpandableSegments is its
+compiled twin, which replay, fit and plan run (ascmem.trace.make_allocator
+picks it);
+tests/test_replay_compiled.py checks that every figure is the same.
 """
 
 import bisect

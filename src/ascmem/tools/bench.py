@@ -340,7 +340,7 @@ def frugality(traces, names, resolution):
 
 def expandable_eager_efficiency(trace):
     """Peak live / peak mapped of torch_npu's expandable segments unmapping
-    every free page at once (ascmem.torch_expandable, eager).  One replay
+    every free page at once (ascmem.emulations.torch_expandable, eager).  One replay
     with room to spare gives it: an allocator that keeps nothing free mapped
     has nothing to release before an out-of-memory, so it replays alike in
     any capacity that holds its peak."""
@@ -369,7 +369,7 @@ def main(argv=None):
         with contextlib.redirect_stdout(io.StringIO()):
             figures = _run(args)
         from ascmem._version import __version__
-        print(json.dumps({"schema": "ascmem.bench/1", "ascmem": __version__, "command": "bench",
+        print(json.dumps({"schema": "ascmem.tools.bench/1", "ascmem": __version__, "command": "bench",
                           **figures}, indent=2))
         return 0
     _run(args)
@@ -517,7 +517,29 @@ def _run(args):
         figures["physical_efficiency"].append({"trace": t.name, "2MiB": effs[0], "64KiB": effs[1],
                                                "torch-expandable-eager": eager})
         print(f"{t.name:22s}" + "".join(f"{e:10.3f}" for e in effs) + f"{eager:24.3f}")
+
+    figures["trace_scale"] = trace_scale(args.quick)
     return figures
+
+
+def trace_scale(quick):
+    """The trace-scale row (ascmem.tools.bench_scale): each command on a generated
+    trace, in a child process; printed, and its figures returned."""
+    from ascmem.tools import bench_scale
+    events = 20_000 if quick else 200_000
+    formats = ("csv",) if quick else ("csv", "json")
+    rows = bench_scale.rows(events, formats)
+    cpu, rss = bench_scale.startup()
+    print(f"\ntrace scale: commands on a generated serving trace of {rows[0]['events']:,} events, "
+          f"each in a child process (benchmarks/trace_scale.py runs it at a million and more); "
+          f"a child's start and imports alone take {cpu:.2f} s CPU and {rss / 1e6:.0f} MB")
+    print(f"{'format':8s}{'command':16s}{'CPU s':>8s}{'M events/s':>12s}{'peak RSS':>10s}")
+    for r in rows:
+        print(f"{r['format']:8s}{r['command']:16s}{r['cpu_s']:8.2f}"
+              f"{(r['events_per_s'] or 0) / 1e6:12.2f}{r['peak_rss_mb']:7d} MB" +
+              ("" if r["exit"] in (0, 1) else f"  (exit {r['exit']})"))
+    return {"startup": {"cpu_s": round(cpu, 2), "peak_rss_mb": round(rss / 1e6)},
+            "rows": [{k: v for k, v in r.items() if k != "output"} for r in rows]}
 
 
 def _size(n):

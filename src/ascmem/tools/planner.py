@@ -100,10 +100,8 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     for name in allocators:
         if name == "ascmem":
             dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
-            rep = tr.replay(trace, dev, curve="used")  # its peak is the curve's
-            curve = rep["curve_used"]
-            out.append(Footprint(name, max(curve, default=0), media_peak, curve if curves else [],
-                                 complete=not rep["failures"]))
+            peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
+            out.append(Footprint(name, peak, media_peak, curve, complete=not failures))
         elif name.startswith("torch-"):
             alloc = tr.make_allocator(name, REFERENCE_MEMORY)  # torch-caching reads the conf
             rep = tr.replay(trace, alloc, curve=curves)
@@ -115,8 +113,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
             out.append(Footprint(name, raw["peak"], media_peak, raw.get("curve", []),
                                  complete=raw["peak"] <= REFERENCE_MEMORY))
         elif name == "bestfit-wilderness":
-            from ascmem.emulations.reference import BestFitWilderness
-            alloc = BestFitWilderness(REFERENCE_MEMORY)
+            alloc = tr.make_allocator(name, REFERENCE_MEMORY)  # compiled, as reference.py's
             rep = tr.replay(trace, alloc, curve=curves)  # its curve: bytes held, not the arena
             out.append(Footprint(name, _pages(alloc.high_water), media_peak,
                                  rep.get("curve_used", []), complete=not rep["failures"]))

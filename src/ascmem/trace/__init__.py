@@ -301,30 +301,6 @@ class AclRecorder:
 
 # ---- replay -------------------------------------------------------------------------------
 
-class _TlsfAdapter:
-    """tlsfallocator (OffsetAllocator) over the same bytes, in 64-byte units."""
-
-    def __init__(self, capacity):
-        import TLSFAllocator
-        units = capacity // GRANULE
-        if units >= 1 << 32:
-            raise InvalidArgumentError("tlsfallocator manages at most 2^32 units")
-        self._a = TLSFAllocator.OffsetAllocator(units, 1 << 20)
-        self._live = {}
-        self.capacity = capacity
-
-    def alloc(self, size, align=GRANULE):
-        got = self._a.allocate((size + GRANULE - 1) // GRANULE)
-        if got.offset == 0xFFFFFFFF:
-            raise OutOfMemoryError(f"tlsfallocator: no room for {size} bytes")
-        addr = got.offset * GRANULE
-        self._live[addr] = got
-        return addr
-
-    def free(self, addr):
-        self._a.free(self._live.pop(addr))
-
-
 def tlsf_available():
     try:
         import TLSFAllocator  # noqa: F401
@@ -367,22 +343,29 @@ def make_allocator(name, capacity):
         return ascmem.Pool(capacity, base=base)
     if name == "buddy":
         return ascmem.BuddyAllocator(capacity, base=base)
+    # the peers are compiled (ascmem._replay_peers), the Python references'
+    # algorithms with the same figures; a caching allocator with options
+    # only the reference has is the reference
+    from ascmem import _replay_peers as peers
     if name == "torch-caching":
-        from ascmem.emulations.torch_caching import TorchCachingAllocator
-        return TorchCachingAllocator.from_conf(capacity, os.environ.get("PYTORCH_NPU_ALLOC_CONF"))
+        from ascmem.emulations.torch_caching import TorchCachingAllocator, parse_conf
+        conf = os.environ.get("PYTORCH_NPU_ALLOC_CONF")
+        opts = parse_conf(conf)
+        if opts.pop("expandable_segments", False):
+            return peers.TorchExpandableSegments(capacity, **opts)
+        if set(opts) <= {"roundup_power2_divisions"}:
+            return peers.TorchCachingAllocator(capacity, **opts)
+        return TorchCachingAllocator.from_conf(capacity, conf)
     if name in ("torch-expandable", "torch-expandable-eager"):
-        from ascmem.emulations.torch_expandable import TorchExpandableSegments
-        return TorchExpandableSegments(capacity, eager=name.endswith("eager"))
+        return peers.TorchExpandableSegments(capacity, eager=name.endswith("eager"))
     if name == "bestfit":
-        from ascmem.emulations.reference import BestFit
-        return BestFit(capacity)
+        return peers.BestFit(capacity)
     if name == "bestfit-wilderness":
-        from ascmem.emulations.reference import BestFitWilderness
-        return BestFitWilderness(capacity)
+        return peers.BestFitWilderness(capacity)
     if name == "tlsf":
         if not tlsf_available():
             raise InvalidArgumentError("the tlsf allocator needs `pip install tlsfallocator`")
-        return _TlsfAdapter(capacity)
+        return peers.TlsfPeer(capacity)
     raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
 
 
@@ -425,6 +408,13 @@ def replay(trace, allocator="pool", capacity=None, stop_at_failure=False, progre
     is_device = isinstance(allocator, ascmem.Device)
     if _compiled(trace, allocator, curve, snapshot):
         return _replay_compiled(trace, allocator, stop_at_failure, progress)
+    if _compiled_peer(allocator, curve, snapshot, trace):
+        return _replay_peer_compiled(trace, allocator, stop_at_failure, progress, curve)
+    if is_device and not snapshot and curve in (False, "used") and \
+            trace.columns.ids.dtype == "int64":
+        got = _replay_device_compiled(trace, allocator, stop_at_failure, progress, curve)
+        if got is not None:
+            return got
     caching = hasattr(allocator, "peak_reserved")  # what it holds from the device is its curve
     paged = isinstance(allocator, ascmem.Pool) and bool(allocator.granule)  # its curve: mapped
     usable = getattr(allocator, "usable_size", None)
@@ -553,12 +543,89 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
     """replay()'s report, from the compiled loop: the same figures as the
     loop in Python (tests/traces/test_trace_scale.py compares them)."""
     from ascmem._core import replay_columns
-    from ascmem.trace.data import KIND_NAMES
     c = trace.columns
     t0 = time.perf_counter()
     got = replay_columns(allocator, c.alloc, trace.slots(), c.size, c.kind,
                          stop_at_failure=stop_at_failure, progress=progress)
     elapsed = time.perf_counter() - t0
+    report = _compiled_report(trace, got, elapsed)
+    if getattr(allocator, "granule", 0):  # a paged pool: the physical side
+        stats = got["stats"]
+        report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
+                      map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
+                      physical_efficiency=got["peak_live"] / stats["peak_mapped"]
+                      if stats["peak_mapped"] else 0.0)
+    return report
+
+
+def device_footprint(trace, device, curve=False):
+    """(the most huge + normal pages of device in use after any event of
+    trace, the failures, with curve the pages in use after each event):
+    what `ascmem plan` asks of a replay through a Device, without the
+    curve's memory when it is not asked for."""
+    got = _replay_device_compiled(trace, device, False, None, curve, keep=True) \
+        if _a_trace(trace).columns.ids.dtype == "int64" else None
+    if got is None:
+        rep = replay(trace, device, curve="used")
+        return max(rep["curve_used"], default=0), rep["failures"], \
+            rep["curve_used"] if curve else []
+    return got["peak_pages"], got["failures"], got.get("curve_used", [])
+
+
+def _replay_device_compiled(trace, device, stop_at_failure, progress, curve, keep=False):
+    """replay()'s report through a Device, from the compiled loop
+    (ascmem._core.replay_device): the same figures as the loop in Python
+    (tests/test_replay_compiled.py compares them); None when the device
+    takes its Python API only (debug mode, a paged acl device)."""
+    from ascmem._core import replay_device
+    from ascmem.errors import UnsupportedError
+    c = trace.columns
+    t0 = time.perf_counter()
+    try:
+        got = replay_device(device, c.alloc, trace.slots(), c.size, c.kind, c.policy,
+                            stop_at_failure=stop_at_failure, curve=bool(curve),
+                            progress=progress)
+    except UnsupportedError:
+        return None
+    elapsed = time.perf_counter() - t0
+    report = _compiled_report(trace, got, elapsed, curve and "device pages in use")
+    if keep:
+        report["peak_pages"] = got["peak_pages"]
+    return report
+
+
+def _compiled_peer(allocator, curve, snapshot, trace):
+    """Whether replay() plays trace through allocator, a compiled peer
+    (ascmem._replay_peers), in its compiled loop."""
+    from ascmem._replay_peers import _Peer
+    return isinstance(allocator, _Peer) and curve in (False, "used") and not snapshot \
+        and trace.columns.ids.dtype == "int64"
+
+
+def _replay_peer_compiled(trace, peer, stop_at_failure, progress, curve):
+    """replay()'s report through a compiled peer (ascmem._replay_peers):
+    the same figures as the loop in Python with its Python reference
+    (tests/test_replay_compiled.py compares them)."""
+    from ascmem._replay_peers import replay_peer
+    c = trace.columns
+    t0 = time.perf_counter()
+    got = replay_peer(peer, c.alloc, trace.slots(), c.size, c.kind,
+                      stop_at_failure=stop_at_failure, curve=bool(curve), progress=progress)
+    elapsed = time.perf_counter() - t0
+    caching = hasattr(peer, "peak_reserved")
+    report = _compiled_report(trace, got, elapsed,
+                              curve and ("reserved" if caching else "held after rounding"))
+    if caching:
+        report["peak_reserved"] = peer.peak_reserved
+    return report
+
+
+def _compiled_report(trace, got, elapsed, curve_label=None):
+    """The figures every compiled replay reports, from its dict (kind_peaks:
+    a dict or (kind code, peak) pairs, in the report's order); with
+    curve_label, its curve."""
+    from ascmem.trace.data import KIND_NAMES
+    c = trace.columns
     first = None
     if got["first_failure"] >= 0:
         i = got["first_failure"]
@@ -572,15 +639,13 @@ def _replay_compiled(trace, allocator, stop_at_failure, progress):
         "ops_per_sec": len(trace) / elapsed if elapsed else 0.0, "seconds": elapsed,
     }
     if trace.has_kinds:
-        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in got["kind_peaks"].items()}
+        peaks = dict(got["kind_peaks"])
+        report["per_kind_peak_live"] = {KIND_NAMES[k]: v for k, v in peaks.items()}
     if trace.has_streams:
         report["per_stream_peak_live"] = {str(k): v for k, v in trace.stream_peaks().items()}
-    if getattr(allocator, "granule", 0):  # a paged pool: the physical side
-        stats = got["stats"]
-        report.update(granule=allocator.granule, peak_mapped=stats["peak_mapped"],
-                      map_calls=stats["map_calls"], unmap_calls=stats["unmap_calls"],
-                      physical_efficiency=got["peak_live"] / stats["peak_mapped"]
-                      if stats["peak_mapped"] else 0.0)
+    if curve_label:
+        report["curve_used"] = got["curve"].tolist()
+        report["curve_used_label"] = curve_label
     return report
 
 
