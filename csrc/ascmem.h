@@ -436,11 +436,12 @@ int ascm_device_set_limit(ascm_device *d, uint64_t limit);
 /* Peaks (of every pool and of the budget) start again from current use. */
 void ascm_device_reset_peaks(ascm_device *d);
 /* Blocks handed out to callers outside the Python layer (the pluggable
- * functions, the capsule's device calls, torch's CPU allocator), counted
- * per stripe of threads: add +1 at such an allocation, -1 at its free (any
- * thread).  The Python Device refuses close() and reset() while the sum is
- * not 0: those callers' next read would find unmapped memory. */
-void ascm_device_hand_out(ascm_device *d, int64_t delta);
+ * functions, the capsule's device calls, torch's CPU allocator): each is
+ * marked at such an allocation (ASCM_ERR_HOSTMEM if the mark finds no
+ * memory: give the block back), and its free unmarks it, whichever path
+ * frees it.  The Python Device refuses close() and reset() while any is
+ * marked: those callers' next read would find unmapped memory. */
+int ascm_device_hand_out_block(ascm_device *d, uint64_t addr);
 int64_t ascm_device_handed_out(ascm_device *d);
 /* The device that the pluggable-allocator functions use for a device index. */
 int ascm_pluggable_register(int device, ascm_device *d);

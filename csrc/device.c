@@ -121,6 +121,7 @@ void ascm_device_destroy(ascm_device *d) {
     ascm_fork_unregister(&d->fork_budget);
     drop_pools(d);
     ascm_set_clear(&d->guards);
+    ascm_set_clear(&d->handed);
     free(d);
 }
 
@@ -137,6 +138,8 @@ int ascm_device_reset(ascm_device *d, const uint64_t base[ASCM_KINDS]) {
     ascm_lock_acquire(&d->chunks_lock); /* every block is gone, guarded ones too */
     ascm_set_clear(&d->guards);
     atomic_store(&d->nguards, 0);
+    ascm_set_clear(&d->handed);
+    atomic_store(&d->nhanded, 0);
     ascm_lock_release(&d->chunks_lock);
     for (int k = 0; k < ASCM_KINDS; k++) d->base[k] = base[k];
     ascm_lock_acquire(&d->lock);
@@ -284,14 +287,46 @@ int ascm_device_route(const ascm_device *d, uint64_t size, uint32_t policy, int 
     return route_any(d, size, policy, mode, r);
 }
 
-void ascm_device_hand_out(ascm_device *d, int64_t delta) {
-    atomic_fetch_add_explicit(ascm_stripe_of(d->handed_out), (uint64_t)delta, memory_order_relaxed);
+/* ---- blocks handed out to C callers ------------------------------------------
+ * A mark per block, not a count per path: a block the pluggable alloc made
+ * and Python's free released (or the other way round) kept a count per
+ * path off by one for good, and close() refused -- or allowed while a C
+ * block was live.  The free of a marked block unmarks it, whichever path
+ * frees it; a free tests the count alone while nothing is marked. */
+int ascm_device_hand_out_block(ascm_device *d, uint64_t addr) {
+    ascm_lock_acquire(&d->chunks_lock);
+    int st = ascm_set_add(&d->handed, addr);
+    atomic_store_explicit(&d->nhanded, d->handed.count, memory_order_release);
+    ascm_lock_release(&d->chunks_lock);
+    return st;
 }
 
 int64_t ascm_device_handed_out(ascm_device *d) {
-    uint64_t sum = 0; /* a block freed on another thread than its allocation's: stripes wrap, the sum does not */
-    for (int i = 0; i < ASCM_STRIPES; i++) sum += atomic_load(&d->handed_out[i].n);
-    return (int64_t)sum;
+    return (int64_t)atomic_load_explicit(&d->nhanded, memory_order_acquire);
+}
+
+/* Unmarks addr; whether it was marked. */
+static __attribute__((noinline)) int unhand(ascm_device *d, uint64_t addr) {
+    ascm_lock_acquire(&d->chunks_lock);
+    int was = ascm_set_has(&d->handed, addr);
+    if (was) {
+        ascm_set_remove(&d->handed, addr);
+        atomic_store_explicit(&d->nhanded, d->handed.count, memory_order_release);
+    }
+    ascm_lock_release(&d->chunks_lock);
+    return was;
+}
+
+/* p's free of addr, unmarking it first if it was handed out: unmarked after
+ * the free, the address could be handed out again and marked by another
+ * thread in between, and this would unmark the new block. */
+static inline int pool_free_unhanding(ascm_device *d, ascm_pool *p, uint64_t addr) {
+    if (ASCM_LIKELY(atomic_load_explicit(&d->nhanded, memory_order_acquire) == 0))
+        return ascm_pool_free(p, addr);
+    int was = unhand(d, addr);
+    int st = ascm_pool_free(p, addr);
+    if (ASCM_UNLIKELY(st != ASCM_OK && was)) ascm_device_hand_out_block(d, addr); /* nothing freed */
+    return st;
 }
 
 /* The media window past 90%: bytes in use over the kind's chunks (no full
@@ -465,14 +500,14 @@ static inline int device_free(ascm_device *d, uint64_t addr, unsigned kind_mask,
     ascm_pool *p = (kind_mask >> hint) & 1 ? chunk_in(d, hint, addr) : NULL;
     if (ASCM_LIKELY(p != NULL)) {
         if (kind) *kind = hint;
-        return ascm_pool_free(p, addr);
+        return pool_free_unhanding(d, p, addr);
     }
     int k;
     p = chunk_at(d, addr, kind_mask & ~(1u << hint), &k); /* the kinds the caller expects */
     if (kind) *kind = k;
     if (p) {
         atomic_store_explicit(&d->free_kind, k, memory_order_relaxed);
-        return ascm_pool_free(p, addr);
+        return pool_free_unhanding(d, p, addr);
     }
     ascm_device_pool_at(d, addr, kind); /* another kind's pointer: say which */
     return ASCM_ERR_BADFREE;

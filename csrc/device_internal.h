@@ -74,6 +74,11 @@ struct ascm_device {
      * the free's lock-free test */
     ascm_addrset guards;
     _Atomic uint64_t nguards;
+    /* blocks handed out to callers outside the Python layer, marked one by
+     * one (ascm_device_hand_out_block) and unmarked by their free, whichever
+     * path frees them; under chunks_lock, the count beside as for guards */
+    ascm_addrset handed;
+    _Atomic uint64_t nhanded;
     kind_totals retired_totals[ASCM_KINDS];
     /* requests the whole kind failed (a miss in one chunk that another
      * chunk serves is no failure, so the pools' own counts do not add up) */
@@ -86,7 +91,6 @@ struct ascm_device {
      * or by stripe of threads (stripes.h) */
     ascm_gate_seat seats[ASCM_GATE_SEATS];
     ascm_stripe inflight[ASCM_STRIPES];
-    ascm_stripe handed_out[ASCM_STRIPES]; /* ascm_device_hand_out: a thread's net count, summed */
     uint64_t uid; /* never reused: tells a thread's seat at a freed device apart */
     _Alignas(64) _Atomic uint32_t shut; /* quiesce() calls not yet reopened; closed devices stay shut */
     ascm_fork_node fork_chunks, fork_budget;

@@ -394,6 +394,7 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
 
 /* ---- paging (paging.c): which granules of a paged pool are mapped ------- */
 
+#define ASCM_KEPT_RUNS 64
 typedef struct ascm_paging {
     uint64_t base;
     unsigned pshift;
@@ -404,6 +405,11 @@ typedef struct ascm_paging {
     uint64_t pend_lo, pend_hi; /* the run the last release kept, not in `kept` yet */
     uint64_t kept_count, peak_mapped; /* in granules */
     uint64_t map_calls, unmap_calls, unmap_failures;
+    /* the runs releases kept, oldest first (a ring; granules acquired since
+     * are skipped when read): the order kept granules are unmapped in when
+     * a release needs room */
+    struct { uint64_t lo, hi; } kept_runs[ASCM_KEPT_RUNS];
+    unsigned runs_head, runs_count;
 } ascm_paging;
 
 int ascm_paging_init(ascm_paging *g, uint64_t npages, uint64_t base, unsigned pshift,

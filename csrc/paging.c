@@ -117,13 +117,90 @@ int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64
     return ASCM_OK;
 }
 
+/* ---- which kept granules go first ------------------------------------------
+ * A release that finds the threshold full unmaps the granules kept longest
+ * ago to keep its own: a pool places a step's blocks where it placed the
+ * last step's, so the granules freed last are the ones the next
+ * allocations land on, while granules kept from an earlier pattern (another
+ * model, a warm-up) may never be placed on again.  Kept first-come, those
+ * would fill the threshold for good, and every later step would map its
+ * granules (a page fault each) and unmap them at its end, with the stale
+ * ones resident on top of its peak.  The order is a ring of the kept runs;
+ * when it is full its two oldest runs merge into the span of both. */
+
+static void push_run(ascm_paging *g, uint64_t lo, uint64_t hi) {
+    if (g->runs_count == ASCM_KEPT_RUNS) {
+        unsigned a = g->runs_head, b = (a + 1) % ASCM_KEPT_RUNS;
+        if (g->kept_runs[a].lo < g->kept_runs[b].lo) g->kept_runs[b].lo = g->kept_runs[a].lo;
+        if (g->kept_runs[a].hi > g->kept_runs[b].hi) g->kept_runs[b].hi = g->kept_runs[a].hi;
+        g->runs_head = b;
+        g->runs_count--;
+    }
+    unsigned i = (g->runs_head + g->runs_count++) % ASCM_KEPT_RUNS;
+    g->kept_runs[i].lo = lo;
+    g->kept_runs[i].hi = hi;
+}
+
+/* Unmaps kept granules of the bitmap in [*lo, hi) until `want` are gone,
+ * run by run, advancing *lo past what it looked at; returns how many. */
+static uint64_t evict_in(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t *lo, uint64_t hi,
+                         uint64_t want) {
+    uint64_t gone = 0, i = *lo;
+    while (i < hi && gone < want) {
+        if (!ascm_hbm_count_range(&g->kept, i, hi)) { /* nothing kept in the rest */
+            i = hi;
+            break;
+        }
+        while (i < hi && !ascm_hbm_test(&g->kept, i)) i++;
+        uint64_t run = i;
+        while (i < hi && i - run < want - gone && ascm_hbm_test(&g->kept, i)) i++;
+        if (i == run) continue;
+        ascm_hbm_clear_range(&g->kept, run, i);
+        unmap_run(g, charge, ctx, run, i);
+        gone += i - run;
+    }
+    *lo = i;
+    return gone;
+}
+
+/* Unmaps `want` kept granules (fewer if fewer are kept), oldest first: the
+ * bitmap's by the ring, then any the ring lost track of, then the tail of
+ * the pending run (the newest). */
+static void evict_kept(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t want) {
+    uint64_t gone = 0;
+    while (gone < want && g->runs_count && g->kept_count - gone > pending(g)) {
+        uint64_t *lo = &g->kept_runs[g->runs_head].lo, hi = g->kept_runs[g->runs_head].hi;
+        gone += evict_in(g, charge, ctx, lo, hi, want - gone);
+        if (*lo >= hi) {
+            g->runs_head = (g->runs_head + 1) % ASCM_KEPT_RUNS;
+            g->runs_count--;
+        }
+    }
+    while (gone < want && g->kept_count - gone > pending(g)) {
+        uint64_t lo = ascm_hbm_first(&g->kept);
+        gone += evict_in(g, charge, ctx, &lo, g->kept.nbits, want - gone);
+    }
+    g->kept_count -= gone;
+    uint64_t n = want - gone < pending(g) ? want - gone : pending(g);
+    if (n) {
+        unmap_run(g, charge, ctx, g->pend_hi - n, g->pend_hi);
+        g->pend_hi -= n;
+        g->kept_count -= n;
+        if (!pending(g)) g->pend_lo = g->pend_hi = 0;
+    }
+}
+
+static void forget_runs(ascm_paging *g) { g->runs_head = g->runs_count = 0; }
+
 void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
+    uint64_t keep = hi - lo < g->threshold_pages ? hi - lo : g->threshold_pages;
     uint64_t room = g->threshold_pages > g->kept_count ? g->threshold_pages - g->kept_count : 0;
-    uint64_t keep = hi - lo < room ? hi - lo : room;
+    if (keep > room) evict_kept(g, charge, ctx, keep - room);
     if (keep) {
         flush_pending(g);
         g->pend_lo = lo;
         g->pend_hi = lo + keep;
+        push_run(g, lo, lo + keep);
     }
     g->kept_count += keep;
     if (lo + keep < hi) unmap_run(g, charge, ctx, lo + keep, hi);
@@ -142,6 +219,7 @@ uint64_t ascm_paging_trim(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
         unmap_run(g, charge, ctx, lo, hi);
     }
     g->kept_count = 0;
+    forget_runs(g);
     return released;
 }
 
@@ -153,6 +231,7 @@ void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_
     ascm_hbm_clear_all(&g->kept);
     g->pend_lo = g->pend_hi = 0;
     g->kept_count = 0;
+    forget_runs(g);
 }
 
 int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen) {

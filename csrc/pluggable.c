@@ -141,9 +141,12 @@ EXPORT int ascmem_pluggable_try_alloc(int64_t size, int device, void **out) {
     int kind, events;
     int st = ascm_device_malloc_entered(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC_KEEP,
                                         &addr, &kind, &events);
+    if (st == ASCM_OK && (st = ascm_device_hand_out_block(d, addr)) != ASCM_OK) {
+        int k;
+        ascm_device_free_entered(d, addr, ascm_kind_mask(ASCM_FREE_DEVICE), &k); /* unmarked: not handed out */
+    }
     if (st == ASCM_OK) {
         count_requested(device, kind, size);
-        ascm_device_hand_out(d, 1);
         *out = (void *)(uintptr_t)addr;
     }
     put(device, d);
@@ -169,8 +172,7 @@ static int free_at(ascm_device *d, int device, void *ptr, int64_t *requested) {
     int kind;
     int st = ascm_device_free_entered(d, addr, ascm_kind_mask(ASCM_FREE_DEVICE), &kind);
     if (st != ASCM_OK) return st;
-    count_requested(device, kind, -(int64_t)n);
-    ascm_device_hand_out(d, -1);
+    count_requested(device, kind, -(int64_t)n); /* the free unmarked it (device.c) */
     *requested = (int64_t)n;
     return ASCM_OK;
 }

@@ -39,18 +39,15 @@ cdef ascm_device *_capi_device_of(PyObject *o) noexcept:
 
 cdef int _capi_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int mode,
                              uint64_t *addr, int *kind, int *events) noexcept nogil:
-    """The capsule's device allocation: counted as handed out to C, so
-    close() and reset() refuse while it is live (ascm_device_hand_out)."""
+    """The capsule's device allocation: marked as handed out to C, so
+    close() and reset() refuse while it is live (ascm_device_hand_out_block;
+    its free unmarks it, whichever path frees it)."""
+    cdef int k
     cdef int st = ascm_device_malloc(d, size, policy, mode, addr, kind, events)
-    if st == ASCM_OK:
-        ascm_device_hand_out(d, 1)
-    return st
-
-
-cdef int _capi_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) noexcept nogil:
-    cdef int st = ascm_device_free(d, addr, kind_mask, kind)
-    if st == ASCM_OK:
-        ascm_device_hand_out(d, -1)
+    if st == ASCM_OK and ascm_device_hand_out_block(d, addr[0]) != ASCM_OK:
+        ascm_device_free(d, addr[0], 0xFFFFFFFF, &k)  # unmarked: not handed out
+        addr[0] = 0
+        st = ASCM_ERR_HOSTMEM
     return st
 
 
@@ -67,7 +64,7 @@ _capi.pool_check = ascm_pool_check
 _capi.pool_of = _capi_pool_of
 _capi.device_of = _capi_device_of
 _capi.device_malloc = _capi_device_malloc
-_capi.device_free = _capi_device_free
+_capi.device_free = ascm_device_free
 _capi.status_str = ascm_status_str
 _capi.pool_alloc_handle = ascm_pool_alloc_handle
 _capi.pool_free_handle = ascm_pool_free_handle

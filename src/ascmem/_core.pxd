@@ -176,7 +176,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_charge_fixed(ascm_device *d, int64_t delta)
     int ascm_device_set_limit(ascm_device *d, uint64_t limit)
     void ascm_device_reset_peaks(ascm_device *d)
-    void ascm_device_hand_out(ascm_device *d, int64_t delta)
+    int ascm_device_hand_out_block(ascm_device *d, uint64_t addr)
     int64_t ascm_device_handed_out(ascm_device *d)
     int ascm_pluggable_register(int device, ascm_device *d)
     enum:

@@ -579,15 +579,10 @@ cdef _refuse_in_use(Device dev, str call):
 
 
 cdef _refuse_handed_out(Device dev, str call):
-    """Refuses while blocks handed out to C are live.  The count is per path,
-    not per block: a block Python allocated and the pluggable free released
-    takes it below zero (a block C allocated and Python freed, above).  Below
-    zero no C block is known live; the caller (gate shut) then sets it to
-    zero, so that a count made negative before cannot hide later blocks."""
+    """Refuses while blocks handed out to C are live (each is marked until
+    its free, whichever path frees it: ascm_device_hand_out_block)."""
     cdef int64_t n = ascm_device_handed_out(dev._d) if dev._d is not NULL else 0
-    if n < 0:
-        ascm_device_hand_out(dev._d, -n)
-    elif n:
+    if n:
         raise InUseError(f"{call}: {n} blocks handed out to C callers (the pluggable functions, "
                          f"the C API, torch through ascmem.torch) are still live; free them first "
                          f"(torch: drop the tensors, or ascmem.torch.uninstall() and let them go)")

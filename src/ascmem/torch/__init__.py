@@ -99,6 +99,19 @@ def _register(dev):
     return idx
 
 
+def _capabilities(dev):
+    """What dev's backend declares it can do (_core.backends(): holds_memory,
+    readable, from_runtime, paging, chunk_alignment): which way torch
+    allocates from it follows from these, never from the backend's name."""
+    caps = _backend_caps.get(dev.backend)
+    if caps is None:
+        caps = _backend_caps[dev.backend] = _core.backends()[dev.backend]
+    return caps
+
+
+_backend_caps = {}
+
+
 def _lib():
     from ascmem.torch import _shim
     return _shim.load()
@@ -119,15 +132,17 @@ def install(device: "ascmem.Device | None" = None) -> "ascmem.Device":
         dev = device if device is not None else _state.last if _state.last is not None else default_device()
         if not isinstance(dev, ascmem.Device):
             raise InvalidArgumentError(f"install: device must be an ascmem.Device, not {type(dev).__name__}")
-        if dev.backend == "acl":
+        caps = _capabilities(dev)
+        if caps["from_runtime"]:  # the Ascend runtime's memory: NPU tensors
             _install_npu(dev)
-        elif dev.backend == "host":
+        elif caps["readable"]:    # memory this process reads and writes: CPU tensors
             lib = _lib()
             lib.ascmem_torch_set_index(_register(dev))
             lib.ascmem_torch_install()
         else:
             raise UnsupportedError(f"install: a Device on the {dev.backend!r} backend has no memory "
-                                   f"behind its addresses; use backend='host' (CPU) or 'acl' (NPU)")
+                                   f"the CPU can use and is not the Ascend runtime's; use "
+                                   f"backend='host' (CPU) or 'acl' (NPU)")
         _state.device = _state.last = dev
         return dev
 

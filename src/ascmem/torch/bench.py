@@ -5,14 +5,18 @@ alternating, so machine noise falls on both alike.
     ascmem bench --torch            (also: python benchmarks/torch_allocator.py)
 
 Per workload: the median step time of each and the median of the paired
-ratios (ascmem / torch), the median peak RSS during a step (VmHWM, reset
-before each step through /proc/self/clear_refs) and the median RSS after a
-step, once its tensors are freed (idle), with no empty_cache() call.
+ratios (ascmem / torch), of wall time and of CPU time (the process's user +
+system time: on a machine shared with other work, wall time also counts
+the time spent waiting for a core), the median page faults of a step, the
+median peak RSS during a step (VmHWM, reset before each step through
+/proc/self/clear_refs) and the median RSS after a step, once its tensors
+are freed (idle), with no empty_cache() call.
 """
 
 import argparse
 import gc
 import json
+import resource
 import statistics
 import time
 
@@ -106,11 +110,13 @@ def _one(step, use_ascmem, dev):
     try:
         gc.collect()
         peaked = _reset_peak()
-        t = time.perf_counter()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t, cpu = time.perf_counter(), time.process_time()
         step()
-        dt = time.perf_counter() - t
+        dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         gc.collect()
-        return dt, _status("VmHWM") if peaked else 0, _status("VmRSS")
+        return dt, _status("VmHWM") if peaked else 0, _status("VmRSS"), cpu, faults
     finally:
         if use_ascmem:
             at.uninstall()
@@ -131,10 +137,12 @@ def run(steps=20, warmup=2, names=None):
         for i in range(steps):
             for use in ((False, True) if i % 2 == 0 else (True, False)):
                 rows[use].append(_one(step, use, dev))
-        med = {use: [statistics.median(r[k] for r in rows[use]) for k in range(3)] for use in rows}
+        med = {use: [statistics.median(r[k] for r in rows[use]) for k in range(5)] for use in rows}
         ratio = statistics.median(a[0] / t[0] for t, a in zip(rows[False], rows[True]))
+        cpu_ratio = statistics.median(a[3] / max(t[3], 1e-9) for t, a in zip(rows[False], rows[True]))
         out[name] = {"torch_ms": med[False][0] * 1e3, "ascmem_ms": med[True][0] * 1e3,
-                     "paired_ratio": ratio,
+                     "paired_ratio": ratio, "paired_cpu_ratio": cpu_ratio,
+                     "torch_faults": med[False][4], "ascmem_faults": med[True][4],
                      "torch_peak_rss_mib": med[False][1] / MiB, "ascmem_peak_rss_mib": med[True][1] / MiB,
                      "torch_idle_rss_mib": med[False][2] / MiB, "ascmem_idle_rss_mib": med[True][2] / MiB}
         del step
@@ -142,14 +150,17 @@ def run(steps=20, warmup=2, names=None):
 
 
 def table(res):
-    lines = [f"{'workload':<18} {'torch ms':>9} {'ascmem ms':>10} {'ratio':>6} "
+    lines = [f"{'workload':<18} {'torch ms':>9} {'ascmem ms':>10} {'ratio':>6} {'cpu':>6} "
+             f"{'faults torch':>13} {'ascmem':>7} "
              f"{'peak RSS torch':>15} {'ascmem':>8} {'idle RSS torch':>15} {'ascmem':>8}"]
     for name, r in res.items():
         lines.append(f"{name:<18} {r['torch_ms']:>9.2f} {r['ascmem_ms']:>10.2f} {r['paired_ratio']:>6.3f} "
+                     f"{r['paired_cpu_ratio']:>6.3f} {r['torch_faults']:>13.0f} {r['ascmem_faults']:>7.0f} "
                      f"{r['torch_peak_rss_mib']:>11.0f} MiB {r['ascmem_peak_rss_mib']:>4.0f} MiB "
                      f"{r['torch_idle_rss_mib']:>11.0f} MiB {r['ascmem_idle_rss_mib']:>4.0f} MiB")
-    lines.append("ratio: median over paired steps of ascmem's time / torch's (below 1: ascmem faster); "
-                 "RSS: the whole process's")
+    lines.append("ratio, cpu: median over paired steps of ascmem's wall time / torch's and of its CPU "
+                 "time / torch's (below 1: ascmem faster); faults: page faults per step (a huge page "
+                 "is one); RSS: the whole process's")
     return "\n".join(lines)
 
 
