@@ -5,8 +5,8 @@ the granules it keeps reusing are mapped and unmapped on every step."""
 import random
 
 import ascmem
+from conftest import MiB
 
-MiB = 1 << 20
 G = 64 << 10
 BASE = 1 << 32
 

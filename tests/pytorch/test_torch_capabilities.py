@@ -11,8 +11,9 @@ pytest.importorskip("ninja")
 
 import ascmem  # noqa: E402
 import ascmem.torch as at  # noqa: E402
+from conftest import ROOT
 
-SRC = os.path.join(os.path.dirname(__file__), "..", "src", "ascmem", "torch")
+SRC = os.path.join(ROOT, "src", "ascmem", "torch")
 
 
 def test_no_backend_name_is_compared_in_ascmem_torch():
