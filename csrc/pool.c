@@ -126,6 +126,26 @@ static inline int kept_place_mapped(ascm_pool *p, const ascm_fit_node *blk) {
     return ASCM_LIKELY(!mapped_first(p, blk->len)) || kept_granules_mapped(p, blk);
 }
 
+/* A contiguous pool's kept block goes to best fit instead of back in place
+ * when the free block just below it is at least 1/KEPT_HOLE_MIN of its size
+ * and smaller than it.  Reused in place, it would strand that hole under
+ * it for good: no request of the block's size fits there, and the block
+ * stays put for as long as the loop that reuses it.  Given to best fit, it
+ * merges with the hole and, when that merged block is the best fit, starts
+ * at the hole's start, so the hole moves above it, next to whatever is
+ * freed there.  A hole of a block's size or more is left alone: it takes
+ * another block of that size, and moving into it scatters a layout that
+ * repeats (a multi-resolution CNN's activations); one under 1/KEPT_HOLE_MIN
+ * is a small block's room, not worth moving a large block for (Note [The
+ * kept block] in docs/ARCHITECTURE.md has the figures that chose both
+ * bounds).  Paged pools keep their own rules (kept_place_mapped). */
+#define KEPT_HOLE_MIN 128u
+static inline int kept_block_moves_down(const ascm_pool *p, const ascm_fit_node *blk) {
+    const ascm_fit_node *below = &p->fit.nodes[blk->prev_phys];
+    return blk->prev_phys && below->is_free && below->len < blk->len &&
+           (uint64_t)below->len * KEPT_HOLE_MIN >= blk->len && p->paging == NULL;
+}
+
 /* The kept block, if it is exactly what a large request of size and align
  * would get; charged and out of last_freed. */
 static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t requested,
@@ -135,7 +155,8 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     ascm_fit_node *blk = &p->fit.nodes[node];
     uint64_t n = units_for(p, size);
     int deferred = p->domain->deferred == p; /* its pages were never given (top of file) */
-    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1))) {
+    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) ||
+        ASCM_UNLIKELY(kept_block_moves_down(p, blk))) {
         if (ASCM_UNLIKELY(deferred)) ascm_pool_settle(p->domain);
         return ASCM_NODE_NONE;
     }
