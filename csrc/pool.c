@@ -55,15 +55,34 @@ static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t request
                             requested ? g : 0, node);
 }
 
+/* Sparing the end (fit.c): a large request of a contiguous pool spares the
+ * free block at the end of the range when that block is ENDS_SPARED_FROM
+ * times the request or more and no block of the request's size has been
+ * given back to best fit before.  Sizes given back before are the loop's
+ * tensors: best fit, the end included, packs them as it always has; a
+ * size never given back is the working set growing, and in the end block
+ * it would raise the high-water mark for good. */
+#define ENDS_SPARED_FROM 6u
+
+static int ends_spared(const void *ctx, uint64_t n) {
+    const ascm_pool *p = ctx;
+    return !ascm_set_has(&p->sizes_given, n << p->gshift);
+}
+
 /* Takes a block of the large-block path and charges its pages; the caller
  * registers it (blocks map for a large block, the slab table for a slab). */
 static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                       int high, uint32_t *node) {
     ascm_pool_flush_last_freed(p);
     uint64_t n = units_for(p, bytes);
-    int st = ASCM_LIKELY(p->fit.nregions == 1)
-                 ? ascm_fit_take(&p->fit, n, align_units_for(p, align), high, node)
-                 : take_paged(p, n, align, requested, node);
+    int st;
+    if (ASCM_UNLIKELY(p->fit.nregions != 1))
+        st = take_paged(p, n, align, requested, node);
+    else if (requested && p->paging == NULL) /* a large block (slab storage: requested 0) */
+        st = ascm_fit_take_sparing_end(&p->fit, n, align_units_for(p, align), ENDS_SPARED_FROM,
+                                       ends_spared, p, node);
+    else
+        st = ascm_fit_take(&p->fit, n, align_units_for(p, align), high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
     if ((st = charge_block(p, blk)) != ASCM_OK) {
@@ -76,6 +95,7 @@ static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t req
 
 static void give_block(ascm_pool *p, uint32_t node) {
     discharge_block(p, &p->fit.nodes[node]);
+    ascm_pool_note_given(p, &p->fit.nodes[node]);
     ascm_fit_give(&p->fit, node);
 }
 
