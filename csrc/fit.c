@@ -21,6 +21,9 @@
  * recorded traces that beats both always-high and always-low, and the ratio
  * is not critical (Note [Slabs], "Where slabs go").
  *
+ * Contiguous pools may ask best fit to spare the free block at the end of
+ * the range (ascm_fit_take_sparing_end; below, "sparing the end").
+ *
  * Every block (free or used) is a node; nodes are linked in address order,
  * so a freed block merges with free neighbours in O(1).
  *
@@ -237,6 +240,24 @@ static inline uint32_t best_in_bin(const ascm_fit *f, uint32_t head, uint64_t ne
     return best;
 }
 
+/* Best fit for need units among the free blocks of B other than node
+ * other, or 0 (the bins from need's up, to the first that holds one). */
+static uint32_t find_other(const ascm_fit *f, const ascm_fit_bins *B, uint64_t need, uint32_t other) {
+    for (uint32_t b = next_bin(B, bin_of(need)); b < ASCM_FIT_BINS; b = next_bin(B, b + 1)) {
+        uint32_t best = ASCM_NODE_NONE;
+        unsigned seen = 0;
+        for (uint32_t i = B->head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
+            const ascm_fit_node *n = &f->nodes[i];
+            if (n->len < need || i == other) continue;
+            if (!best || n->len < f->nodes[best].len ||
+                (n->len == f->nodes[best].len && n->off < f->nodes[best].off))
+                best = i;
+        }
+        if (best) return best;
+    }
+    return ASCM_NODE_NONE;
+}
+
 /* Best fit for need units among the free blocks of one region, or 0. */
 static inline uint32_t find_in(const ascm_fit *f, const ascm_fit_bins *B, uint64_t need, int high) {
     uint32_t b = bin_of(need);
@@ -402,8 +423,26 @@ ASCM_SPECIALISED void carve(ascm_fit *f, uint32_t x, uint64_t start, uint64_t n,
     blk->by_handle = 0;
 }
 
+/* ---- sparing the end (contiguous pools; the pool decides which requests)
+ * The free block that reaches the end of the range holds the part of the
+ * arena never used yet.  Split for a request that another free block could
+ * hold, it raises the arena's high-water mark for good.  Best fit keeps it
+ * as a block like any other; the wilderness rule of the allocator
+ * literature (Wilson et al. 1995) takes any other block first.  Neither
+ * wins on every recorded trace, and the pool applies the rule only where it
+ * helps: to a request of a size that has never been given back to best fit
+ * (a working set that grows: the next stage, a new input shape), and only
+ * when the end block is at least end_factor times the request; when it is
+ * less, the end is a snug fit, which a layout that fills the arena exactly
+ * depends on (docs/ARCHITECTURE.md, Note [Sparing the end], has the
+ * figures). */
+ASCM_SPECIALISED int reaches_end(const ascm_fit *f, uint32_t x) {
+    return (uint64_t)f->nodes[x].off + f->nodes[x].len == f->nunits;
+}
+
 ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t region,
-                          uint64_t g, uint32_t *out, int regions) {
+                          uint64_t g, uint32_t *out, int regions, uint64_t end_factor,
+                          int (*spare_end)(const void *ctx, uint64_t n), const void *ctx) {
     if (align_units > 1) g = 0; /* the granule rules place requests with no alignment of their own */
     uint64_t need = n + align_units - 1; /* room to slide the start to alignment */
     if (need < n || need > f->nunits) return ASCM_ERR_NOMEM;
@@ -417,6 +456,10 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
         if (!x) g = 0; /* no free block holds it whole: placed as any block */
     }
     if (!x) x = find_in(f, bins_at(f, region, regions), need, high);
+    if (end_factor && x && reaches_end(f, x) && f->nodes[x].len / end_factor >= need && spare_end(ctx, n)) {
+        uint32_t y = find_other(f, &f->one, need, x);
+        if (y) x = y;
+    }
     if (regions && !x && !(x = find_elsewhere(f, region, need, high))) x = fuse_run(f, need);
     if (!x) return ASCM_ERR_NOMEM;
     /* Room for the split's nodes first: growing the array moves it.  The low
@@ -470,13 +513,19 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
 /* `inline`: a hint for LTO to inline it into the pool's one caller, as it
  * did before regions. */
 inline int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *out) {
-    return take(f, n, align_units, high, 0, 0, out, 0);
+    return take(f, n, align_units, high, 0, 0, out, 0, 0, NULL, NULL);
+}
+
+int ascm_fit_take_sparing_end(ascm_fit *f, uint64_t n, uint64_t align_units, uint64_t end_factor,
+                              int (*spare_end)(const void *ctx, uint64_t n), const void *ctx,
+                              uint32_t *out) {
+    return take(f, n, align_units, 0, 0, 0, out, 0, end_factor, spare_end, ctx);
 }
 
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *out) {
     int high = granule && region && n >= HIGH_GRANULES * granule;
-    return take(f, n, align_units, high, region, granule, out, 1);
+    return take(f, n, align_units, high, region, granule, out, 1, 0, NULL, NULL);
 }
 
 /* ---- mapped granules first (paged pools; the pool decides which requests)

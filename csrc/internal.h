@@ -297,6 +297,13 @@ void ascm_fit_reset(ascm_fit *f);
  * the best-fitting free block (with high, from its high end if the block is
  * a large free region: see fit.c); returns the node. */
 int ascm_fit_take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t *node);
+/* Contiguous: as ascm_fit_take (low end), but when best fit is the free
+ * block that reaches the end of the range, at least end_factor times the
+ * request, and spare_end(ctx, n) says so, the best fit among the other free
+ * blocks is taken if one holds it (fit.c, "sparing the end"). */
+int ascm_fit_take_sparing_end(ascm_fit *f, uint64_t n, uint64_t align_units, uint64_t end_factor,
+                              int (*spare_end)(const void *ctx, uint64_t n), const void *ctx,
+                              uint32_t *node);
 /* With regions (nregions > 1): as ascm_fit_take, from the given region's
  * free blocks first, placed within its free block by the granule rules
  * (granule: the paged pool's granule in units, a power of two; 0: none;

@@ -55,15 +55,34 @@ static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t request
                             requested ? g : 0, node);
 }
 
+/* Sparing the end (fit.c): a large request of a contiguous pool spares the
+ * free block at the end of the range when that block is ENDS_SPARED_FROM
+ * times the request or more and no block of the request's size has been
+ * given back to best fit before.  Sizes given back before are the loop's
+ * tensors: best fit, the end included, packs them as it always has; a
+ * size never given back is the working set growing, and in the end block
+ * it would raise the high-water mark for good. */
+#define ENDS_SPARED_FROM 6u
+
+static int ends_spared(const void *ctx, uint64_t n) {
+    const ascm_pool *p = ctx;
+    return !ascm_set_has(&p->sizes_given, n << p->gshift);
+}
+
 /* Takes a block of the large-block path and charges its pages; the caller
  * registers it (blocks map for a large block, the slab table for a slab). */
 static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
                       int high, uint32_t *node) {
     ascm_pool_flush_last_freed(p);
     uint64_t n = units_for(p, bytes);
-    int st = ASCM_LIKELY(p->fit.nregions == 1)
-                 ? ascm_fit_take(&p->fit, n, align_units_for(p, align), high, node)
-                 : take_paged(p, n, align, requested, node);
+    int st;
+    if (ASCM_UNLIKELY(p->fit.nregions != 1))
+        st = take_paged(p, n, align, requested, node);
+    else if (requested && p->paging == NULL) /* a large block (slab storage: requested 0) */
+        st = ascm_fit_take_sparing_end(&p->fit, n, align_units_for(p, align), ENDS_SPARED_FROM,
+                                       ends_spared, p, node);
+    else
+        st = ascm_fit_take(&p->fit, n, align_units_for(p, align), high, node);
     if (st != ASCM_OK) return st;
     ascm_fit_node *blk = &p->fit.nodes[*node];
     if ((st = charge_block(p, blk)) != ASCM_OK) {
@@ -76,6 +95,7 @@ static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t req
 
 static void give_block(ascm_pool *p, uint32_t node) {
     discharge_block(p, &p->fit.nodes[node]);
+    ascm_pool_note_given(p, &p->fit.nodes[node]);
     ascm_fit_give(&p->fit, node);
 }
 
@@ -131,6 +151,26 @@ static inline int kept_place_mapped(ascm_pool *p, const ascm_fit_node *blk) {
     return ASCM_LIKELY(!p->paging) || !p->page_refs || kept_edge_mapped(p, blk);
 }
 
+/* A contiguous pool's kept block goes to best fit instead of back in place
+ * when the free block just below it is at least 1/KEPT_HOLE_MIN of its size
+ * and smaller than it.  Reused in place, it would strand that hole under
+ * it for good: no request of the block's size fits there, and the block
+ * stays put for as long as the loop that reuses it.  Given to best fit, it
+ * merges with the hole and, when that merged block is the best fit, starts
+ * at the hole's start, so the hole moves above it, next to whatever is
+ * freed there.  A hole of a block's size or more is left alone: it takes
+ * another block of that size, and moving into it scatters a layout that
+ * repeats (a multi-resolution CNN's activations); one under 1/KEPT_HOLE_MIN
+ * is a small block's room, not worth moving a large block for (Note [The
+ * kept block] in docs/ARCHITECTURE.md has the figures that chose both
+ * bounds).  Paged pools keep their own rules (kept_place_mapped). */
+#define KEPT_HOLE_MIN 128u
+static inline int kept_block_moves_down(const ascm_pool *p, const ascm_fit_node *blk) {
+    const ascm_fit_node *below = &p->fit.nodes[blk->prev_phys];
+    return blk->prev_phys && below->is_free && below->len < blk->len &&
+           (uint64_t)below->len * KEPT_HOLE_MIN >= blk->len && p->paging == NULL;
+}
+
 /* The kept block, if it is exactly what a large request of size and align
  * would get; charged and out of last_freed. */
 static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t requested,
@@ -140,7 +180,8 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     ascm_fit_node *blk = &p->fit.nodes[node];
     uint64_t n = units_for(p, size);
     int deferred = p->domain->deferred == p; /* its pages were never given (top of file) */
-    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1))) {
+    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) ||
+        ASCM_UNLIKELY(kept_block_moves_down(p, blk))) {
         if (ASCM_UNLIKELY(deferred)) ascm_pool_settle(p->domain);
         return ASCM_NODE_NONE;
     }

@@ -52,6 +52,7 @@ struct ascm_pool {
     void *charge_ctx;
     ascm_paging *paging;  /* paged pools only (paging.c) */
     uint64_t *sizes_freed; /* paged: bit n, a block of n units (under a granule) was freed (discharge_block) */
+    ascm_addrset sizes_given; /* contiguous: byte sizes of large blocks given back to best fit (pool.c, ends_spared) */
     /* sizes that go to mapped granules first if freed before (pool.c,
      * take_paged): n - mapped_lo < mapped_span, in units; span 0: none */
     uint64_t mapped_lo, mapped_span;
@@ -120,11 +121,22 @@ void ascm_pool_unlock_whole(ascm_pool *p, int whole);
 
 /* Hands the pool's kept last freed block (pool.c) to best fit, its pages
  * given first if their discharge was deferred. */
+/* A contiguous pool notes the size of each large block it gives back to
+ * best fit, up to SIZES_GIVEN_MAX sizes (beyond, a size counts as never
+ * given: placement only, nothing depends on it being complete).  Why:
+ * pool.c, ends_spared. */
+#define SIZES_GIVEN_MAX (1u << 16)
+static inline void ascm_pool_note_given(ascm_pool *p, const ascm_fit_node *blk) {
+    if (p->paging == NULL && p->sizes_given.count < SIZES_GIVEN_MAX)
+        (void)ascm_set_add(&p->sizes_given, (uint64_t)blk->len << p->gshift); /* out of memory: not noted */
+}
+
 static inline void ascm_pool_flush_last_freed(ascm_pool *p) {
     if (p->last_freed) {
         if (ASCM_UNLIKELY(p->domain->deferred == p)) ascm_pool_settle(p->domain);
         if (p->kept_in_map) ascm_map_take(&p->blocks, p->fit.nodes[p->last_freed].off);
         p->kept_in_map = p->kept_reused = 0;
+        ascm_pool_note_given(p, &p->fit.nodes[p->last_freed]);
         ascm_fit_give(&p->fit, p->last_freed);
         p->last_freed = ASCM_NODE_NONE;
     }

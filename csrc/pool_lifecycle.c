@@ -106,6 +106,7 @@ void ascm_pool_destroy(ascm_pool *p) {
     if (p->paging) ascm_paging_destroy(p->paging);
     free(p->paging);
     free(p->sizes_freed);
+    ascm_set_clear(&p->sizes_given);
     ascm_map_destroy(&p->asleep);
     free(p);
 }
@@ -119,6 +120,7 @@ static void reset_locked(ascm_pool *p) {
         p->charge(p->charge_ctx, -(int64_t)(p->pages_in_use << p->pshift));
     ascm_slab_forget_all(p);
     ascm_fit_reset(&p->fit);
+    ascm_set_clear(&p->sizes_given); /* placement after a reset is a new pool's */
     p->last_freed = ASCM_NODE_NONE;
     p->kept_in_map = p->kept_reused = 0;
     ascm_map_clear(&p->blocks);

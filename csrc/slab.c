@@ -16,7 +16,10 @@
  * back to the large-block path.  Spares absorb alloc/free waves: building and
  * tearing down a slab costs a descriptor malloc, a block split and map
  * updates; they never cost capacity, since an allocation that fails trims
- * them and retries.  Pools whose pages are larger
+ * them and retries, and they go back before another class's slab is
+ * placed or a fresh large block is: a spare splits the free space that
+ * block would take (docs/ARCHITECTURE.md, Note [Slabs], "Spares").  Pools
+ * whose pages are larger
  * than the slab (huge pages) keep no spare, which would pin a whole page.
  * Paged pools keep none either: a spare holds mapped granules, and what a
  * paged pool keeps mapped is its release threshold's to say (0: nothing
@@ -215,6 +218,11 @@ void ascm_slab_free_idle(ascm_pool *p) {
 int ascm_slab_new(ascm_pool *p, int cls, uint32_t *out) {
     ascm_slab_class *k = &p->classes[cls];
     ascm_slab *s;
+    /* Other classes' spares go back before a new slab is placed: where they
+     * sit they split free space the new slab (or a large block after it)
+     * would use, as before a fresh large block (pool.c); this class has
+     * none, or it would not need a new slab. */
+    if (p->empty_slabs) ascm_slab_trim(p);
     int st = descriptor_for(p, cls, &s);
     if (st != ASCM_OK) return st;
     uint32_t node;
