@@ -1,5 +1,6 @@
-"""Builds the one extension, ascmem._core, from the Cython bindings and the C
-core, and installs the public C header beside the package (get_include())."""
+"""Builds the extensions -- ascmem._core from the hot path's bindings and the
+C core, the modules off the hot path from their Cython sources alone -- and
+installs the public C header beside the package (get_include())."""
 
 import glob
 import os
@@ -51,23 +52,30 @@ ext = Extension(
     extra_link_args=link_args,
 )
 
-# The compiled fast path of the CSV trace reader (src/ascmem/trace_csv.py).
-tracecsv = Extension(
-    "ascmem._tracecsv",
-    sources=["src/ascmem/_tracecsv.pyx"],
-    extra_compile_args=[a for a in compile_args if a != "-flto"],
-    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
-)
+# The modules off the hot path need no link-time optimisation.
+plain_compile_args = [a for a in compile_args if a != "-flto"]
+plain_link_args = [a for a in link_args if a not in ("-flto", "-O3")]
 
-# The nesting guard of the JSON trace reader (src/ascmem/trace_import.py).
-tracejson = Extension(
-    "ascmem._tracejson",
-    sources=["src/ascmem/_tracejson.pyx"],
-    extra_compile_args=[a for a in compile_args if a != "-flto"],
-    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
-)
+
+def off_hot_path(name):
+    """An extension of one Cython source.  It is never linked with csrc: the
+    C core's state exists once in a process, in ascmem._core, and a module
+    that needs the C core cimports the core_* functions _core.pxd exports."""
+    return Extension(f"ascmem.{name}", sources=[f"src/ascmem/{name}.pyx"], include_dirs=[CSRC],
+                     extra_compile_args=plain_compile_args, extra_link_args=plain_link_args)
+
+
+modules = [
+    off_hot_path("_upstream"),  # the backend contract (_Upstream), cimported by _core
+    off_hot_path("_backend_sim"),  # the sim backend
+    off_hot_path("_backend_host"),  # the host backend (mmap through _core's core_os_*)
+    off_hot_path("_backend_acl"),  # the acl backend (pyACL)
+    off_hot_path("_views"),  # a Device's block views and guard bytes, cimported by _core
+    off_hot_path("_tracecsv"),  # the compiled fast path of the CSV trace reader (trace_csv.py)
+    off_hot_path("_tracejson"),  # the nesting guard of the JSON trace reader (trace_import.py)
+]
 
 setup(
-    ext_modules=cythonize([ext, tracecsv, tracejson], compiler_directives={"language_level": 3}),
+    ext_modules=cythonize([ext] + modules, compiler_directives={"language_level": 3}),
     cmdclass={"build_py": build_py_with_header},
 )

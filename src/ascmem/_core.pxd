@@ -245,3 +245,14 @@ cdef class Device(_DeviceReadout):
 cdef class BuddyAllocator:
     cdef ascm_buddy *_b
     cdef readonly uint64_t base, capacity, min_block
+
+
+# The C core for ascmem's other extension modules (_backend_host.pyx, ...): it
+# is linked into this module only, so they call it through these.
+cdef int core_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr,
+                         int *got) noexcept nogil
+cdef int core_os_release(uint64_t addr, uint64_t size) noexcept nogil
+cdef int core_os_quarantine(uint64_t addr, uint64_t size) noexcept nogil
+cdef int core_os_map(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil
+cdef bint core_kind_is_huge(int kind) noexcept nogil
+cdef str _fmt_bytes(uint64_t n)

@@ -2,7 +2,9 @@
 # cython: binding=False, embedsignature=True, embedsignature.format=clinic
 """Bindings of the C core: argument conversion, the error mapping, walks;
 Pool (_pool.pxi), BuddyAllocator (_buddy.pxi), Device and the rest in the
-.pxi files included at the end."""
+.pxi files included at the end.  The one extension module that links the C
+core (csrc/*.c): the modules off the hot path reach it through the core_*
+functions this module exports (_core.pxd), never by linking it again."""
 # binding=False: methods are CPython method descriptors, not Cython function
 # objects, so a call takes CPython's own specialised path (3.11's adaptive
 # interpreter has one for method descriptors, none for Cython's functions):
@@ -20,6 +22,11 @@ from libc.string cimport memset
 import operator
 import warnings
 
+from ascmem._upstream cimport _Upstream, _DEVICE_SHIFT, _KIND_SHIFT
+from ascmem._views cimport (_BlockBuffer, _GuardBytes, _ViewRegistry, _make_block_buffer,
+                            _GUARD)
+
+from ascmem._upstream import _OS_PAGES, UpstreamError
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
                            DeviceClosedError, InUseError, InvalidArgumentError, InvalidFreeError,
                            OutOfMemoryError,
@@ -278,10 +285,8 @@ cdef inline uint64_t _align(object align) except? 0xFFFFFFFFFFFFFFFF:
 
 include "_pool.pxi"
 include "_buddy.pxi"
-include "_upstream.pxi"
 include "_growth.pxi"
 include "_streams.pxi"
-include "_views.pxi"
 include "_tags.pxi"
 include "_acl_paging.pxi"
 include "_device_failures.pxi"
@@ -293,3 +298,34 @@ include "_acl_allocator.pxi"
 include "_handed_sleep.pxi"
 include "_capi.pxi"
 include "_replay.pxi"
+
+
+# ---- the C core for ascmem's other extension modules (declared in _core.pxd,
+# exported through this module's __pyx_capi__ capsules): the C core has global
+# state (the pluggable and external-allocator registries, the fork handler),
+# so it is linked into this module only.
+
+cdef int core_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr,
+                         int *got) noexcept nogil:
+    return ascm_os_reserve(size, align, want_huge, addr, got)
+
+
+cdef int core_os_release(uint64_t addr, uint64_t size) noexcept nogil:
+    return ascm_os_release(addr, size)
+
+
+cdef int core_os_quarantine(uint64_t addr, uint64_t size) noexcept nogil:
+    return ascm_os_quarantine(addr, size)
+
+
+cdef int core_os_map(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil:
+    return ascm_os_map(ctx, addr, size, map)
+
+
+cdef bint core_kind_is_huge(int kind) noexcept nogil:
+    return ascm_kind(kind).huge != 0
+
+
+# The modules that cimport the functions above (imported last: they import
+# this module, which has exported its functions and types by now).
+from ascmem._backends import BACKENDS as _BACKENDS, make_upstream as _make_upstream, backends

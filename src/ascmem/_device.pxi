@@ -70,8 +70,8 @@ cdef class Device(_DeviceReadout):
                                    "built (a cache's flush may unmap granules outside an allocation)")
         self.profile = _profiles.get(model)
         self.mode = _profiles.mode_of(self.profile, mode)
-        if not isinstance(backend, str) or backend not in _UPSTREAMS:
-            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_UPSTREAMS)}")
+        if not isinstance(backend, str) or backend not in _BACKENDS:
+            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_BACKENDS)}")
         self.backend = backend
         cdef uint64_t did = as_u64(device_id, "device_id")
         if did >= (<uint64_t>1 << (64 - _DEVICE_SHIFT)) - 1:
