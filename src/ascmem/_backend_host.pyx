@@ -6,8 +6,7 @@ ascmem._core, the one module that links the C core)."""
 cimport cython
 from libc.stdint cimport uint64_t
 
-from ascmem._core cimport (ASCM_OK, core_os_map, core_os_quarantine, core_os_release,
-                           core_os_reserve, core_kind_is_huge, _fmt_bytes)
+from ascmem._core cimport ASCM_OK, CoreCalls, core_calls, _fmt_bytes
 from ascmem._upstream cimport _RealUpstream, _Upstream
 
 from ascmem._upstream import UpstreamError
@@ -19,6 +18,8 @@ _CHUNK_ALIGN = 2 << 20
 # oldest are let go past this many -- a pointer from within the last
 # thousand resets or so (four kinds each) is always refused.
 _QUARANTINE_MAX = 4096
+
+cdef const CoreCalls *C = core_calls()
 
 
 @cython.no_gc_clear
@@ -41,16 +42,16 @@ cdef class _HostUpstream(_RealUpstream):
     def take(self, int k, uint64_t size):
         cdef uint64_t addr
         cdef int got
-        huge = core_kind_is_huge(k)  # huge-page kinds: on huge pages if the OS has them
+        huge = C.ascm_kind(k).huge  # huge-page kinds: on huge pages if the OS has them
         # every chunk 2 MiB-aligned (address space only): a pool aligns blocks
         # past its unit relative to its base, so align_tag's groups get up to
         # 2 MiB on every kind
-        if core_os_reserve(size, _CHUNK_ALIGN, huge, &addr, &got) != ASCM_OK:
+        if C.ascm_os_reserve(size, _CHUNK_ALIGN, huge, &addr, &got) != ASCM_OK:
             raise UpstreamError(f"the OS refused {_fmt_bytes(size)} of address space for "
                                 f"{MemKind(k).name} memory")
         self.pages.setdefault(k, got)
-        if k in self.paged_kinds and core_os_map(NULL, addr, size, 0) != 0:
-            core_os_release(addr, size)  # a paged chunk starts unmapped: no access, no memory
+        if k in self.paged_kinds and C.ascm_os_map(NULL, addr, size, 0) != 0:
+            C.ascm_os_release(addr, size)  # a paged chunk starts unmapped: no access, no memory
             raise UpstreamError(f"the OS refused to protect {_fmt_bytes(size)} of reserved "
                                 f"{MemKind(k).name} address space")
         self.held[k].append((addr, size))
@@ -58,13 +59,13 @@ cdef class _HostUpstream(_RealUpstream):
 
     def retire(self, int k, uint64_t base, uint64_t size):
         self.held[k].remove((base, size))
-        if core_os_quarantine(base, size) == ASCM_OK:
+        if C.ascm_os_quarantine(base, size) == ASCM_OK:
             self._quarantine.append((base, size))
         else:  # cannot keep the addresses: at least give the memory back
-            core_os_release(base, size)
+            C.ascm_os_release(base, size)
         while len(self._quarantine) > _QUARANTINE_MAX:
             old_base, old_size = self._quarantine.pop(0)
-            core_os_release(old_base, old_size)
+            C.ascm_os_release(old_base, old_size)
 
     def drop_quarantine(self):
         """Lets every retired range go (the OS refused fresh address space);
@@ -72,17 +73,17 @@ cdef class _HostUpstream(_RealUpstream):
         n = len(self._quarantine)
         while self._quarantine:
             base, size = self._quarantine.pop()
-            core_os_release(base, size)
+            C.ascm_os_release(base, size)
         return n
 
     def close(self):
         _Upstream.close(self)
         while self._quarantine:
             base, size = self._quarantine.pop()
-            core_os_release(base, size)
+            C.ascm_os_release(base, size)
 
     def _release(self, int k, uint64_t base, uint64_t size):
-        core_os_release(base, size)
+        C.ascm_os_release(base, size)
 
 
 def upstream(uint64_t device_id, acl_module):

@@ -247,12 +247,41 @@ cdef class BuddyAllocator:
     cdef readonly uint64_t base, capacity, min_block
 
 
-# The C core for ascmem's other extension modules (_backend_host.pyx, ...): it
-# is linked into this module only, so they call it through these.
-cdef int core_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr,
-                         int *got) noexcept nogil
-cdef int core_os_release(uint64_t addr, uint64_t size) noexcept nogil
-cdef int core_os_quarantine(uint64_t addr, uint64_t size) noexcept nogil
-cdef int core_os_map(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil
-cdef bint core_kind_is_huge(int kind) noexcept nogil
+# The C core for ascmem's other extension modules (_backend_host.pyx, ...).
+# It is linked into this module only -- its state (the pluggable and external
+# allocator registries, the fork handler, the kind table) exists once in a
+# process -- so they call it through this table of its functions:
+#     from ascmem._core cimport CoreCalls, core_calls
+#     cdef const CoreCalls *C = core_calls()
+#     C.ascm_pool_stats(p, &st)
+# (core_calls is exported through this module's __pyx_capi__ capsules, as
+# every cdef function a .pxd declares).  Not for the hot path: a call
+# through the table cannot be inlined.
+ctypedef struct CoreCalls:
+    int (*ascm_os_reserve)(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got) noexcept nogil
+    int (*ascm_os_release)(uint64_t addr, uint64_t size) noexcept nogil
+    int (*ascm_os_quarantine)(uint64_t addr, uint64_t size) noexcept nogil
+    int (*ascm_os_map)(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil
+    const ascm_kind_info *(*ascm_kind)(int kind) noexcept nogil
+    const char *(*ascm_status_str)(int status) noexcept nogil
+    int (*ascm_device_route)(const ascm_device *d, uint64_t size, uint32_t policy, int mode, ascm_route *r) noexcept nogil
+    ascm_pool *(*ascm_device_pool_at)(const ascm_device *d, uint64_t addr, int *kind) noexcept nogil
+    int (*ascm_device_kind_of)(const ascm_device *d, uint64_t addr) noexcept nogil
+    int (*ascm_device_chunk_count)(const ascm_device *d, int kind) noexcept nogil
+    ascm_pool *(*ascm_device_chunk)(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size) noexcept nogil
+    uint64_t (*ascm_device_generation)(const ascm_device *d, int kind) noexcept nogil
+    void (*ascm_device_set_grow)(ascm_device *d, ascm_grow_fn fn, void *ctx) noexcept nogil
+    void (*ascm_device_set_release)(ascm_device *d, ascm_release_fn fn, void *ctx) noexcept nogil
+    int (*ascm_device_add_chunk)(ascm_device *d, int kind, uint64_t base, uint64_t size) noexcept nogil
+    int (*ascm_device_release_empty)(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max, int *count) noexcept nogil
+    int64_t (*ascm_device_handed_out)(ascm_device *d) noexcept nogil
+    int (*ascm_pool_relabel)(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) noexcept nogil
+    void (*ascm_pool_stats)(ascm_pool *p, ascm_stats *st) noexcept nogil
+    void (*ascm_pool_walk)(ascm_pool *p, ascm_block_fn fn, void *ctx) noexcept nogil
+    int (*ascm_pool_sleep)(ascm_pool *p, uint64_t addr, uint64_t *released) noexcept nogil
+    int (*ascm_pool_wake)(ascm_pool *p, uint64_t addr, uint64_t *mapped) noexcept nogil
+    int (*ascm_acl_allocator_bind)(int slot, ascm_device *d) noexcept nogil
+    void *(*ascm_acl_allocator_handle)(int slot) noexcept nogil
+
+cdef const CoreCalls *core_calls() noexcept nogil
 cdef str _fmt_bytes(uint64_t n)

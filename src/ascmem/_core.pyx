@@ -300,30 +300,39 @@ include "_capi.pxi"
 include "_replay.pxi"
 
 
-# ---- the C core for ascmem's other extension modules (declared in _core.pxd,
-# exported through this module's __pyx_capi__ capsules): the C core has global
-# state (the pluggable and external-allocator registries, the fork handler),
-# so it is linked into this module only.
+# ---- the C core for ascmem's other extension modules (CoreCalls, _core.pxd)
 
-cdef int core_os_reserve(uint64_t size, uint64_t align, int want_huge, uint64_t *addr,
-                         int *got) noexcept nogil:
-    return ascm_os_reserve(size, align, want_huge, addr, got)
+cdef CoreCalls _core_calls
 
 
-cdef int core_os_release(uint64_t addr, uint64_t size) noexcept nogil:
-    return ascm_os_release(addr, size)
-
-
-cdef int core_os_quarantine(uint64_t addr, uint64_t size) noexcept nogil:
-    return ascm_os_quarantine(addr, size)
-
-
-cdef int core_os_map(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil:
-    return ascm_os_map(ctx, addr, size, map)
-
-
-cdef bint core_kind_is_huge(int kind) noexcept nogil:
-    return ascm_kind(kind).huge != 0
+cdef const CoreCalls *core_calls() noexcept nogil:
+    """The table of C core functions; filled on every call (constant
+    stores), so it is complete whichever module imports first."""
+    _core_calls.ascm_os_reserve = ascm_os_reserve
+    _core_calls.ascm_os_release = ascm_os_release
+    _core_calls.ascm_os_quarantine = ascm_os_quarantine
+    _core_calls.ascm_os_map = ascm_os_map
+    _core_calls.ascm_kind = ascm_kind
+    _core_calls.ascm_status_str = ascm_status_str
+    _core_calls.ascm_device_route = ascm_device_route
+    _core_calls.ascm_device_pool_at = ascm_device_pool_at
+    _core_calls.ascm_device_kind_of = ascm_device_kind_of
+    _core_calls.ascm_device_chunk_count = ascm_device_chunk_count
+    _core_calls.ascm_device_chunk = ascm_device_chunk
+    _core_calls.ascm_device_generation = ascm_device_generation
+    _core_calls.ascm_device_set_grow = ascm_device_set_grow
+    _core_calls.ascm_device_set_release = ascm_device_set_release
+    _core_calls.ascm_device_add_chunk = ascm_device_add_chunk
+    _core_calls.ascm_device_release_empty = ascm_device_release_empty
+    _core_calls.ascm_device_handed_out = ascm_device_handed_out
+    _core_calls.ascm_pool_relabel = ascm_pool_relabel
+    _core_calls.ascm_pool_stats = ascm_pool_stats
+    _core_calls.ascm_pool_walk = ascm_pool_walk
+    _core_calls.ascm_pool_sleep = ascm_pool_sleep
+    _core_calls.ascm_pool_wake = ascm_pool_wake
+    _core_calls.ascm_acl_allocator_bind = ascm_acl_allocator_bind
+    _core_calls.ascm_acl_allocator_handle = ascm_acl_allocator_handle
+    return &_core_calls
 
 
 # The modules that cimport the functions above (imported last: they import
