@@ -285,3 +285,5 @@ ctypedef struct CoreCalls:
 
 cdef const CoreCalls *core_calls() noexcept nogil
 cdef str _fmt_bytes(uint64_t n)
+cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF
+cdef int _kind_arg(object kind) except -1

@@ -22,10 +22,14 @@ from libc.string cimport memset
 import operator
 import warnings
 
-from ascmem._upstream cimport _Upstream, _DEVICE_SHIFT, _KIND_SHIFT
+from ascmem._upstream cimport _Upstream, _DEVICE_SHIFT
+from ascmem._growth cimport _Growth
+from ascmem._streams cimport _ALL, _PendingBlock, _StreamLedger
+from ascmem._acl_paging cimport _ACL_GRANULE, _AclMapper, _acl_map_hook
 from ascmem._views cimport (_BlockBuffer, _GuardBytes, _ViewRegistry, _make_block_buffer,
                             _GUARD)
 
+from ascmem._acl_paging import _acl_granule
 from ascmem._upstream import _OS_PAGES, UpstreamError
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
                            DeviceClosedError, InUseError, InvalidArgumentError, InvalidFreeError,
@@ -285,10 +289,7 @@ cdef inline uint64_t _align(object align) except? 0xFFFFFFFFFFFFFFFF:
 
 include "_pool.pxi"
 include "_buddy.pxi"
-include "_growth.pxi"
-include "_streams.pxi"
 include "_tags.pxi"
-include "_acl_paging.pxi"
 include "_device_failures.pxi"
 include "_device_parts.pxi"
 include "_device_readout.pxi"

@@ -73,7 +73,7 @@ def kind_table():
     return out
 
 
-cdef inline int _kind_arg(object kind) except -1:
+cdef int _kind_arg(object kind) except -1:
     """A MemKind, its value or its name (any case) as a kind number."""
     try:
         if isinstance(kind, str):
