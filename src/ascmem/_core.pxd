@@ -1,6 +1,13 @@
 # Declarations of the C core and of the extension types, for other Cython
 # extensions:  from ascmem._core cimport Pool
+cimport cython
 from libc.stdint cimport uint64_t, int64_t, uint32_t
+
+from ascmem._acl_paging cimport _AclMapper
+from ascmem._growth cimport _Growth
+from ascmem._streams cimport _StreamLedger
+from ascmem._upstream cimport _Upstream
+from ascmem._views cimport _GuardBytes, _ViewRegistry
 
 cdef extern from "ascmem.h" nogil:
     enum:
@@ -245,6 +252,54 @@ cdef class Device(_DeviceReadout):
 cdef class BuddyAllocator:
     cdef ascm_buddy *_b
     cdef readonly uint64_t base, capacity, min_block
+
+
+
+# The Device's private parts, for ascmem's modules that work on a Device
+# (_handed_sleep.pyx, _acl_allocator.pyx): not an interface for embedders.
+@cython.final
+cdef class _TagRegistry:
+    cdef dict tag_of        # address -> tag
+    cdef dict members       # tag -> set of addresses
+    cdef dict sleeping      # tag -> {address: saved bytes (None: not kept) or False: resident}
+    cdef set known          # every tag a block was allocated with (resets keep it)
+    cdef Py_ssize_t tracked # tagged live blocks and open exports: the free path's one test
+    cdef dict aligned       # tag -> alignment of its later blocks (align_tag)
+    cdef set shareable      # tags whose blocks can be exported (align_tag(shareable=True))
+    cdef dict cost_at       # address -> bytes the alignment added to that live block
+    cdef dict cost_of       # tag -> [bytes now, peak bytes, live aligned blocks]
+    cdef object ipc         # ascmem.ipc.IpcState, made on first use (None before)
+    cdef add(self, uint64_t addr, object tag)
+    cdef forget(self, uint64_t addr)
+    cdef object asleep_tag(self, uint64_t addr)
+    cdef uint64_t asleep_bytes(self, ascm_device *d)
+    cdef uint64_t alignment_of(self, object tag) except? 0
+    cdef clear(self)
+
+
+@cython.final
+cdef class _DeviceParts:
+    cdef _Growth growth
+    cdef _Upstream up
+    cdef _StreamLedger ledger
+    cdef _ViewRegistry views
+    cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
+    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
+    cdef _AclMapper mapper           # acl backend, paged: the runtime's physical memory
+    cdef bint general                # guard bytes or a mapper: every call takes the general path
+    cdef dict counters               # stats()["device"] counters
+    cdef set warned                  # ASCM_EVENT_* causes warned about
+    cdef object oom_callback
+    cdef bint closed, job_started
+    cdef str closed_why              # why closed, when not by close(): "" or " (...)"
+    cdef bint paged                  # huge, normal and huge1g are paged pools
+    cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
+    cdef give_back(self)
+    cdef bint apply_maps(self) except -1
+    cdef forget_blocks(self)
+
+
+cdef int _require_open(Device dev, str call) except -1
 
 
 # The C core for ascmem's other extension modules (_backend_host.pyx, ...).

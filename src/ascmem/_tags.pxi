@@ -14,16 +14,6 @@ from ascmem.errors import IpcBusyError
 @cython.final
 cdef class _TagRegistry:
     """Which live blocks carry which tag, and what each sleeping tag saved."""
-    cdef dict tag_of        # address -> tag
-    cdef dict members       # tag -> set of addresses
-    cdef dict sleeping      # tag -> {address: saved bytes (None: not kept) or False: resident}
-    cdef set known          # every tag a block was allocated with (resets keep it)
-    cdef Py_ssize_t tracked # tagged live blocks and open exports: the free path's one test
-    cdef dict aligned       # tag -> alignment of its later blocks (align_tag)
-    cdef set shareable      # tags whose blocks can be exported (align_tag(shareable=True))
-    cdef dict cost_at       # address -> bytes the alignment added to that live block
-    cdef dict cost_of       # tag -> [bytes now, peak bytes, live aligned blocks]
-    cdef object ipc         # ascmem.ipc.IpcState, made on first use (None before)
 
     def __cinit__(self):
         self.tag_of = {}
