@@ -68,12 +68,15 @@ def off_hot_path(name):
 modules = [
     off_hot_path("_upstream"),  # the backend contract (_Upstream), cimported by _core
     off_hot_path("_backend_sim"),  # the sim backend
-    off_hot_path("_backend_host"),  # the host backend (mmap through _core's core_os_*)
+    off_hot_path("_backend_host"),  # the host backend (mmap, through _core's CoreCalls)
     off_hot_path("_backend_acl"),  # the acl backend (pyACL)
     off_hot_path("_growth"),  # taking chunks and giving them back, cimported by _core
     off_hot_path("_streams"),  # the stream ledger, cimported by _core
     off_hot_path("_acl_paging"),  # acl physical memory under paged kinds, cimported by _core
     off_hot_path("_views"),  # a Device's block views and guard bytes, cimported by _core
+    off_hot_path("_handed_sleep"),  # sleep and wake of blocks handed out to C callers
+    off_hot_path("_acl_allocator"),  # the external allocator's slots bound to Devices
+  # a Device's block views and guard bytes, cimported by _core
     off_hot_path("_tracecsv"),  # the compiled fast path of the CSV trace reader (trace_csv.py)
     off_hot_path("_tracejson"),  # the nesting guard of the JSON trace reader (trace_import.py)
 ]

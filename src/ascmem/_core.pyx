@@ -295,8 +295,6 @@ include "_device_parts.pxi"
 include "_device_readout.pxi"
 include "_device.pxi"
 include "_device_paths.pxi"
-include "_acl_allocator.pxi"
-include "_handed_sleep.pxi"
 include "_capi.pxi"
 include "_replay.pxi"
 
@@ -336,6 +334,9 @@ cdef const CoreCalls *core_calls() noexcept nogil:
     return &_core_calls
 
 
-# The modules that cimport the functions above (imported last: they import
-# this module, which has exported its functions and types by now).
+# The modules that cimport this one, imported last (their imports of this
+# module find its functions and types exported by now) and re-exported under
+# the names they had here.
 from ascmem._backends import BACKENDS as _BACKENDS, make_upstream as _make_upstream, backends
+from ascmem._acl_allocator import ACL_ALLOCATOR_SLOTS, _acl_allocator_bind
+from ascmem._handed_sleep import _handed_out, _sleep_handed_out, _wake_handed_out
