@@ -73,6 +73,7 @@ modules = [
     off_hot_path("_growth"),  # taking chunks and giving them back, cimported by _core
     off_hot_path("_streams"),  # the stream ledger, cimported by _core
     off_hot_path("_acl_paging"),  # acl physical memory under paged kinds, cimported by _core
+    off_hot_path("_tags"),  # tagged blocks: sleep, wake, alignment, sharing; cimported by _core
     off_hot_path("_views"),  # a Device's block views and guard bytes, cimported by _core
     off_hot_path("_handed_sleep"),  # sleep and wake of blocks handed out to C callers
     off_hot_path("_acl_allocator"),  # the external allocator's slots bound to Devices

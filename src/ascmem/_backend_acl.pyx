@@ -47,6 +47,7 @@ cdef class _AclUpstream(_RealUpstream):
         self.holds_memory = True
         self.from_runtime = True
         self.paging = "runtime"
+        self.sharing = "runtime"
         self.chunk_alignment = 0  # aclrtMalloc promises no more than its page
 
     def take(self, int k, uint64_t size):

@@ -37,6 +37,7 @@ cdef class _HostUpstream(_RealUpstream):
         self.readable = True
         self.holds_memory = True
         self.paging = "os"
+        self.sharing = "os"
         self.chunk_alignment = _CHUNK_ALIGN  # take() reserves every chunk 2 MiB-aligned
 
     def take(self, int k, uint64_t size):

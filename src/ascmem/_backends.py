@@ -24,6 +24,6 @@ def backends():
         up = make(0, object())
         out[name] = {"holds_memory": up.holds_memory, "readable": up.readable,
                      "from_runtime": up.from_runtime, "paging": up.paging,
-                     "chunk_alignment": up.chunk_alignment}
+                     "chunk_alignment": up.chunk_alignment, "sharing": up.sharing}
         up.close()
     return out

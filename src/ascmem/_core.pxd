@@ -6,6 +6,7 @@ from libc.stdint cimport uint64_t, int64_t, uint32_t
 from ascmem._acl_paging cimport _AclMapper
 from ascmem._growth cimport _Growth
 from ascmem._streams cimport _StreamLedger
+from ascmem._tags cimport _TagRegistry
 from ascmem._upstream cimport _Upstream
 from ascmem._views cimport _GuardBytes, _ViewRegistry
 
@@ -256,27 +257,8 @@ cdef class BuddyAllocator:
 
 
 # The Device's private parts, for ascmem's modules that work on a Device
-# (_handed_sleep.pyx, _acl_allocator.pyx): not an interface for embedders.
-@cython.final
-cdef class _TagRegistry:
-    cdef dict tag_of        # address -> tag
-    cdef dict members       # tag -> set of addresses
-    cdef dict sleeping      # tag -> {address: saved bytes (None: not kept) or False: resident}
-    cdef set known          # every tag a block was allocated with (resets keep it)
-    cdef Py_ssize_t tracked # tagged live blocks and open exports: the free path's one test
-    cdef dict aligned       # tag -> alignment of its later blocks (align_tag)
-    cdef set shareable      # tags whose blocks can be exported (align_tag(shareable=True))
-    cdef dict cost_at       # address -> bytes the alignment added to that live block
-    cdef dict cost_of       # tag -> [bytes now, peak bytes, live aligned blocks]
-    cdef object ipc         # ascmem.ipc.IpcState, made on first use (None before)
-    cdef add(self, uint64_t addr, object tag)
-    cdef forget(self, uint64_t addr)
-    cdef object asleep_tag(self, uint64_t addr)
-    cdef uint64_t asleep_bytes(self, ascm_device *d)
-    cdef uint64_t alignment_of(self, object tag) except? 0
-    cdef clear(self)
-
-
+# (_tags.pyx, _handed_sleep.pyx, _acl_allocator.pyx): not an interface for
+# embedders.
 @cython.final
 cdef class _DeviceParts:
     cdef _Growth growth
@@ -300,6 +282,7 @@ cdef class _DeviceParts:
 
 
 cdef int _require_open(Device dev, str call) except -1
+cdef int _guard(Device dev, uint64_t addr) except -1
 
 
 # The C core for ascmem's other extension modules (_backend_host.pyx, ...).
@@ -337,6 +320,10 @@ ctypedef struct CoreCalls:
     int (*ascm_pool_wake)(ascm_pool *p, uint64_t addr, uint64_t *mapped) noexcept nogil
     int (*ascm_acl_allocator_bind)(int slot, ascm_device *d) noexcept nogil
     void *(*ascm_acl_allocator_handle)(int slot) noexcept nogil
+    ascm_pool *(*ascm_device_pool)(ascm_device *d, int kind) noexcept nogil
+    int (*ascm_device_free_held)(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) noexcept nogil
+    int (*ascm_pool_usable_size)(ascm_pool *p, uint64_t addr, uint64_t *size) noexcept nogil
+    uint64_t (*ascm_pool_usable_for)(const ascm_pool *p, uint64_t size, uint64_t align) noexcept nogil
 
 cdef const CoreCalls *core_calls() noexcept nogil
 cdef str _fmt_bytes(uint64_t n)

@@ -25,6 +25,9 @@ import warnings
 from ascmem._upstream cimport _Upstream, _DEVICE_SHIFT
 from ascmem._growth cimport _Growth
 from ascmem._streams cimport _ALL, _PendingBlock, _StreamLedger
+from ascmem._tags cimport (_TagRegistry, _align_tag, _alignment_stats, _check_tag, _ipc_buffer_size,
+                           _ipc_close, _ipc_export, _ipc_state, _join_aligned, _refuse_exported,
+                           _sleep_tag, _wake_tag)
 from ascmem._acl_paging cimport _ACL_GRANULE, _AclMapper, _acl_map_hook
 from ascmem._views cimport (_BlockBuffer, _GuardBytes, _ViewRegistry, _make_block_buffer,
                             _GUARD)
@@ -289,7 +292,6 @@ cdef inline uint64_t _align(object align) except? 0xFFFFFFFFFFFFFFFF:
 
 include "_pool.pxi"
 include "_buddy.pxi"
-include "_tags.pxi"
 include "_device_failures.pxi"
 include "_device_parts.pxi"
 include "_device_readout.pxi"
@@ -331,6 +333,10 @@ cdef const CoreCalls *core_calls() noexcept nogil:
     _core_calls.ascm_pool_wake = ascm_pool_wake
     _core_calls.ascm_acl_allocator_bind = ascm_acl_allocator_bind
     _core_calls.ascm_acl_allocator_handle = ascm_acl_allocator_handle
+    _core_calls.ascm_device_pool = ascm_device_pool
+    _core_calls.ascm_device_free_held = ascm_device_free_held
+    _core_calls.ascm_pool_usable_size = ascm_pool_usable_size
+    _core_calls.ascm_pool_usable_for = ascm_pool_usable_for
     return &_core_calls
 
 

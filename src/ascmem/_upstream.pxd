@@ -29,6 +29,7 @@ cdef class _Upstream:
     cdef readonly bint holds_memory
     cdef readonly bint from_runtime
     cdef readonly str paging
+    cdef readonly str sharing
     cdef readonly uint64_t chunk_alignment
     cdef readonly object acl     # acl: the pyACL module
     cdef readonly dict pages     # host: kind -> ASCM_OS_* of its first chunk

@@ -27,6 +27,10 @@ module needs nothing of the C core: ascmem._core cimports it."""
 #                  "runtime" (the VMM calls through pyACL)
 #   chunk_alignment  what every chunk's start is aligned to (0: only what the
 #                  runtime handed out, read from the chunks)
+#   sharing        how blocks are shared between processes (ascmem.ipc):
+#                  "local" (keys and addresses tracked in this process), "os"
+#                  (a memfd per block, handed over a Unix socket), or "runtime"
+#                  (aclrtIpcMem* through pyACL)
 # A backend is its module (an _Upstream subclass setting these, and
 # upstream(device_id, acl_module) making one), one line of the registry
 # (_backends.py) and one line of the contract test (tests/test_backends.py).
@@ -93,6 +97,7 @@ cdef class _Upstream:
         for _ in range(ASCM_KINDS):
             self.held.append(_uncollectable_list())
         self.paging = "counted"
+        self.sharing = "local"
         self.pages = {}
         self._quarantine = _uncollectable_list()
         self.paged_kinds = frozenset()
