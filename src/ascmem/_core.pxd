@@ -1,5 +1,8 @@
 # Declarations of the C core and of the extension types, for other Cython
 # extensions:  from ascmem._core cimport Pool
+# ascmem._core is the one module that links the C core; ascmem's own modules
+# off the hot path cimport the Device's parts and the C core's table
+# (CoreCalls, at the end) from here, and the parts' types from their modules.
 cimport cython
 from libc.stdint cimport uint64_t, int64_t, uint32_t
 
@@ -266,7 +269,7 @@ cdef class _DeviceParts:
     cdef _StreamLedger ledger
     cdef _ViewRegistry views
     cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
-    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
+    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pyx)
     cdef _AclMapper mapper           # acl backend, paged: the runtime's physical memory
     cdef bint general                # guard bytes or a mapper: every call takes the general path
     cdef dict counters               # stats()["device"] counters

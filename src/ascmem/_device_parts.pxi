@@ -175,7 +175,7 @@ cdef class _DeviceParts:
 
     cdef bint apply_maps(self) except -1:
         """acl, paged: the map and unmap runs the pools queued, through pyACL
-        (_acl_paging.pxi); False if the runtime refused a map."""
+        (_acl_paging.pyx); False if the runtime refused a map."""
         return self.mapper is None or self.mapper.apply()
 
     cdef forget_blocks(self):

@@ -12,7 +12,7 @@ module needs nothing of the C core: ascmem._core cimports it."""
 # (the host can touch the memory); record_event / event_done / destroy_event
 # / synchronize (a runtime's streams; without one, events are None and the
 # Device's own sequence numbers order frees).  Growth -- how much a kind has
-# taken, its maximum, when idle chunks go back -- is _Growth's (_growth.pxi).
+# taken, its maximum, when idle chunks go back -- is _Growth's (_growth.pyx).
 #
 # What a Device may ask of its backend is declared here as the upstream's
 # capabilities, set by each class and read by the Device instead of the
