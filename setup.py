@@ -1,5 +1,6 @@
-"""Builds the one extension, ascmem._core, from the Cython bindings and the C
-core, and installs the public C header beside the package (get_include())."""
+"""Builds the extensions -- ascmem._core from the hot path's bindings and the
+C core, the modules off the hot path from their Cython sources alone -- and
+installs the public C header beside the package (get_include())."""
 
 import glob
 import os
@@ -51,28 +52,35 @@ ext = Extension(
     extra_link_args=link_args,
 )
 
-# The compiled fast path of the CSV trace reader (src/ascmem/trace_csv.py).
-tracecsv = Extension(
-    "ascmem._tracecsv",
-    sources=["src/ascmem/_tracecsv.pyx"],
-    extra_compile_args=[a for a in compile_args if a != "-flto"],
-    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
-)
+# The modules off the hot path need no link-time optimisation.
+plain_compile_args = [a for a in compile_args if a != "-flto"]
+plain_link_args = [a for a in link_args if a not in ("-flto", "-O3")]
 
-# The profiler-trace (JSON) scanner and the pairing by address of the
-# PyTorch trace importer (src/ascmem/trace_import.py).
-tracejson = Extension(
-    "ascmem._tracejson",
-    sources=["src/ascmem/_tracejson.pyx"],
-    extra_compile_args=[a for a in compile_args if a != "-flto"],
-    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
-)
-tracepair = Extension(
-    "ascmem._tracepair",
-    sources=["src/ascmem/_tracepair.pyx"],
-    extra_compile_args=[a for a in compile_args if a != "-flto"],
-    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
-)
+
+def off_hot_path(name):
+    """An extension of one Cython source.  It is never linked with csrc: the
+    C core's state exists once in a process, in ascmem._core, and a module
+    that needs the C core cimports the core_* functions _core.pxd exports."""
+    return Extension(f"ascmem.{name}", sources=[f"src/ascmem/{name}.pyx"], include_dirs=[CSRC],
+                     extra_compile_args=plain_compile_args, extra_link_args=plain_link_args)
+
+
+modules = [
+    off_hot_path("_upstream"),  # the backend contract (_Upstream), cimported by _core
+    off_hot_path("_backend_sim"),  # the sim backend
+    off_hot_path("_backend_host"),  # the host backend (mmap, through _core's CoreCalls)
+    off_hot_path("_backend_acl"),  # the acl backend (pyACL)
+    off_hot_path("_growth"),  # taking chunks and giving them back, cimported by _core
+    off_hot_path("_streams"),  # the stream ledger, cimported by _core
+    off_hot_path("_acl_paging"),  # acl physical memory under paged kinds, cimported by _core
+    off_hot_path("_tags"),  # tagged blocks: sleep, wake, alignment, sharing; cimported by _core
+    off_hot_path("_views"),  # a Device's block views and guard bytes, cimported by _core
+    off_hot_path("_handed_sleep"),  # sleep and wake of blocks handed out to C callers
+    off_hot_path("_acl_allocator"),  # the external allocator's slots bound to Devices
+    off_hot_path("_tracecsv"),  # the compiled fast path of the CSV trace reader (trace/csvfile.py)
+    off_hot_path("_tracejson"),  # the profiler-trace JSON scanner (trace/profiler.py)
+    off_hot_path("_tracepair"),  # a PyTorch trace's allocations and frees paired by address
+]
 
 # The compiled peers of replay, fit and plan (best fit, torch_npu's caching
 # allocator and expandable segments): C++ for its ordered sets, which keep
@@ -81,11 +89,11 @@ replay_peers = Extension(
     "ascmem._replay_peers",
     sources=["src/ascmem/_replay_peers.pyx"],
     language="c++",
-    extra_compile_args=[a for a in compile_args if a != "-flto"],
-    extra_link_args=[a for a in link_args if a not in ("-flto", "-O3")],
+    extra_compile_args=plain_compile_args,
+    extra_link_args=plain_link_args,
 )
 
 setup(
-    ext_modules=cythonize([ext, tracecsv, tracejson, tracepair, replay_peers], compiler_directives={"language_level": 3}),
+    ext_modules=cythonize([ext] + modules + [replay_peers], compiler_directives={"language_level": 3}),
     cmdclass={"build_py": build_py_with_header},
 )

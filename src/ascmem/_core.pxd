@@ -1,6 +1,17 @@
 # Declarations of the C core and of the extension types, for other Cython
 # extensions:  from ascmem._core cimport Pool
+# ascmem._core is the one module that links the C core; ascmem's own modules
+# off the hot path cimport the Device's parts and the C core's table
+# (CoreCalls, at the end) from here, and the parts' types from their modules.
+cimport cython
 from libc.stdint cimport uint64_t, int64_t, uint32_t
+
+from ascmem._acl_paging cimport _AclMapper
+from ascmem._growth cimport _Growth
+from ascmem._streams cimport _StreamLedger
+from ascmem._tags cimport _TagRegistry
+from ascmem._upstream cimport _Upstream
+from ascmem._views cimport _GuardBytes, _ViewRegistry
 
 cdef extern from "ascmem.h" nogil:
     enum:
@@ -245,3 +256,79 @@ cdef class Device(_DeviceReadout):
 cdef class BuddyAllocator:
     cdef ascm_buddy *_b
     cdef readonly uint64_t base, capacity, min_block
+
+
+
+# The Device's private parts, for ascmem's modules that work on a Device
+# (_tags.pyx, _handed_sleep.pyx, _acl_allocator.pyx): not an interface for
+# embedders.
+@cython.final
+cdef class _DeviceParts:
+    cdef _Growth growth
+    cdef _Upstream up
+    cdef _StreamLedger ledger
+    cdef _ViewRegistry views
+    cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
+    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pyx)
+    cdef _AclMapper mapper           # acl backend, paged: the runtime's physical memory
+    cdef bint general                # guard bytes or a mapper: every call takes the general path
+    cdef dict counters               # stats()["device"] counters
+    cdef set warned                  # ASCM_EVENT_* causes warned about
+    cdef object oom_callback
+    cdef bint closed, job_started
+    cdef str closed_why              # why closed, when not by close(): "" or " (...)"
+    cdef bint paged                  # huge, normal and huge1g are paged pools
+    cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
+    cdef give_back(self)
+    cdef bint apply_maps(self) except -1
+    cdef forget_blocks(self)
+
+
+cdef int _require_open(Device dev, str call) except -1
+cdef int _guard(Device dev, uint64_t addr) except -1
+
+
+# The C core for ascmem's other extension modules (_backend_host.pyx, ...).
+# It is linked into this module only -- its state (the pluggable and external
+# allocator registries, the fork handler, the kind table) exists once in a
+# process -- so they call it through this table of its functions:
+#     from ascmem._core cimport CoreCalls, core_calls
+#     cdef const CoreCalls *C = core_calls()
+#     C.ascm_pool_stats(p, &st)
+# (core_calls is exported through this module's __pyx_capi__ capsules, as
+# every cdef function a .pxd declares).  Not for the hot path: a call
+# through the table cannot be inlined.
+ctypedef struct CoreCalls:
+    int (*ascm_os_reserve)(uint64_t size, uint64_t align, int want_huge, uint64_t *addr, int *got) noexcept nogil
+    int (*ascm_os_release)(uint64_t addr, uint64_t size) noexcept nogil
+    int (*ascm_os_quarantine)(uint64_t addr, uint64_t size) noexcept nogil
+    int (*ascm_os_map)(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil
+    const ascm_kind_info *(*ascm_kind)(int kind) noexcept nogil
+    const char *(*ascm_status_str)(int status) noexcept nogil
+    int (*ascm_device_route)(const ascm_device *d, uint64_t size, uint32_t policy, int mode, ascm_route *r) noexcept nogil
+    ascm_pool *(*ascm_device_pool_at)(const ascm_device *d, uint64_t addr, int *kind) noexcept nogil
+    int (*ascm_device_kind_of)(const ascm_device *d, uint64_t addr) noexcept nogil
+    int (*ascm_device_chunk_count)(const ascm_device *d, int kind) noexcept nogil
+    ascm_pool *(*ascm_device_chunk)(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size) noexcept nogil
+    uint64_t (*ascm_device_generation)(const ascm_device *d, int kind) noexcept nogil
+    void (*ascm_device_set_grow)(ascm_device *d, ascm_grow_fn fn, void *ctx) noexcept nogil
+    void (*ascm_device_set_release)(ascm_device *d, ascm_release_fn fn, void *ctx) noexcept nogil
+    int (*ascm_device_add_chunk)(ascm_device *d, int kind, uint64_t base, uint64_t size) noexcept nogil
+    int (*ascm_device_release_empty)(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes, int max, int *count) noexcept nogil
+    int64_t (*ascm_device_handed_out)(ascm_device *d) noexcept nogil
+    int (*ascm_pool_relabel)(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad, uint64_t align) noexcept nogil
+    void (*ascm_pool_stats)(ascm_pool *p, ascm_stats *st) noexcept nogil
+    void (*ascm_pool_walk)(ascm_pool *p, ascm_block_fn fn, void *ctx) noexcept nogil
+    int (*ascm_pool_sleep)(ascm_pool *p, uint64_t addr, uint64_t *released) noexcept nogil
+    int (*ascm_pool_wake)(ascm_pool *p, uint64_t addr, uint64_t *mapped) noexcept nogil
+    int (*ascm_acl_allocator_bind)(int slot, ascm_device *d) noexcept nogil
+    void *(*ascm_acl_allocator_handle)(int slot) noexcept nogil
+    ascm_pool *(*ascm_device_pool)(ascm_device *d, int kind) noexcept nogil
+    int (*ascm_device_free_held)(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind) noexcept nogil
+    int (*ascm_pool_usable_size)(ascm_pool *p, uint64_t addr, uint64_t *size) noexcept nogil
+    uint64_t (*ascm_pool_usable_for)(const ascm_pool *p, uint64_t size, uint64_t align) noexcept nogil
+
+cdef const CoreCalls *core_calls() noexcept nogil
+cdef str _fmt_bytes(uint64_t n)
+cdef uint64_t _as_u64_slow(object v, str what) except? 0xFFFFFFFFFFFFFFFF
+cdef int _kind_arg(object kind) except -1

@@ -2,7 +2,9 @@
 # cython: binding=False, embedsignature=True, embedsignature.format=clinic
 """Bindings of the C core: argument conversion, the error mapping, walks;
 Pool (_pool.pxi), BuddyAllocator (_buddy.pxi), Device and the rest in the
-.pxi files included at the end."""
+.pxi files included at the end.  The one extension module that links the C
+core (csrc/*.c): the modules off the hot path reach it through the core_*
+functions this module exports (_core.pxd), never by linking it again."""
 # binding=False: methods are CPython method descriptors, not Cython function
 # objects, so a call takes CPython's own specialised path (3.11's adaptive
 # interpreter has one for method descriptors, none for Cython's functions):
@@ -20,6 +22,18 @@ from libc.string cimport memset
 import operator
 import warnings
 
+from ascmem._upstream cimport _Upstream, _DEVICE_SHIFT
+from ascmem._growth cimport _Growth
+from ascmem._streams cimport _ALL, _PendingBlock, _StreamLedger
+from ascmem._tags cimport (_TagRegistry, _align_tag, _alignment_stats, _check_tag, _ipc_buffer_size,
+                           _ipc_close, _ipc_export, _ipc_state, _join_aligned, _refuse_exported,
+                           _sleep_tag, _wake_tag)
+from ascmem._acl_paging cimport _ACL_GRANULE, _AclMapper, _acl_map_hook
+from ascmem._views cimport (_BlockBuffer, _GuardBytes, _ViewRegistry, _make_block_buffer,
+                            _GUARD)
+
+from ascmem._acl_paging import _acl_granule
+from ascmem._upstream import _OS_PAGES, UpstreamError
 from ascmem.errors import (AscmemError, ArgumentTypeError, ClosedError, CorruptionError,
                            DeviceClosedError, InUseError, InvalidArgumentError, InvalidFreeError,
                            OutOfMemoryError,
@@ -278,19 +292,58 @@ cdef inline uint64_t _align(object align) except? 0xFFFFFFFFFFFFFFFF:
 
 include "_pool.pxi"
 include "_buddy.pxi"
-include "_upstream.pxi"
-include "_growth.pxi"
-include "_streams.pxi"
-include "_views.pxi"
-include "_tags.pxi"
-include "_acl_paging.pxi"
 include "_device_failures.pxi"
 include "_device_parts.pxi"
 include "_device_readout.pxi"
 include "_device.pxi"
 include "_device_paths.pxi"
-include "_acl_allocator.pxi"
-include "_handed_sleep.pxi"
 include "_capi.pxi"
 include "_replay.pxi"
 include "_replay_device.pxi"
+
+
+# ---- the C core for ascmem's other extension modules (CoreCalls, _core.pxd)
+
+cdef CoreCalls _core_calls
+
+
+cdef const CoreCalls *core_calls() noexcept nogil:
+    """The table of C core functions; filled on every call (constant
+    stores), so it is complete whichever module imports first."""
+    _core_calls.ascm_os_reserve = ascm_os_reserve
+    _core_calls.ascm_os_release = ascm_os_release
+    _core_calls.ascm_os_quarantine = ascm_os_quarantine
+    _core_calls.ascm_os_map = ascm_os_map
+    _core_calls.ascm_kind = ascm_kind
+    _core_calls.ascm_status_str = ascm_status_str
+    _core_calls.ascm_device_route = ascm_device_route
+    _core_calls.ascm_device_pool_at = ascm_device_pool_at
+    _core_calls.ascm_device_kind_of = ascm_device_kind_of
+    _core_calls.ascm_device_chunk_count = ascm_device_chunk_count
+    _core_calls.ascm_device_chunk = ascm_device_chunk
+    _core_calls.ascm_device_generation = ascm_device_generation
+    _core_calls.ascm_device_set_grow = ascm_device_set_grow
+    _core_calls.ascm_device_set_release = ascm_device_set_release
+    _core_calls.ascm_device_add_chunk = ascm_device_add_chunk
+    _core_calls.ascm_device_release_empty = ascm_device_release_empty
+    _core_calls.ascm_device_handed_out = ascm_device_handed_out
+    _core_calls.ascm_pool_relabel = ascm_pool_relabel
+    _core_calls.ascm_pool_stats = ascm_pool_stats
+    _core_calls.ascm_pool_walk = ascm_pool_walk
+    _core_calls.ascm_pool_sleep = ascm_pool_sleep
+    _core_calls.ascm_pool_wake = ascm_pool_wake
+    _core_calls.ascm_acl_allocator_bind = ascm_acl_allocator_bind
+    _core_calls.ascm_acl_allocator_handle = ascm_acl_allocator_handle
+    _core_calls.ascm_device_pool = ascm_device_pool
+    _core_calls.ascm_device_free_held = ascm_device_free_held
+    _core_calls.ascm_pool_usable_size = ascm_pool_usable_size
+    _core_calls.ascm_pool_usable_for = ascm_pool_usable_for
+    return &_core_calls
+
+
+# The modules that cimport this one, imported last (their imports of this
+# module find its functions and types exported by now) and re-exported under
+# the names they had here.
+from ascmem._backends import BACKENDS as _BACKENDS, make_upstream as _make_upstream, backends
+from ascmem._acl_allocator import ACL_ALLOCATOR_SLOTS, _acl_allocator_bind
+from ascmem._handed_sleep import _handed_out, _sleep_handed_out, _wake_handed_out

@@ -70,8 +70,8 @@ cdef class Device(_DeviceReadout):
                                    "built (a cache's flush may unmap granules outside an allocation)")
         self.profile = _profiles.get(model)
         self.mode = _profiles.mode_of(self.profile, mode)
-        if not isinstance(backend, str) or backend not in _UPSTREAMS:
-            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_UPSTREAMS)}")
+        if not isinstance(backend, str) or backend not in _BACKENDS:
+            raise InvalidArgumentError(f"unknown backend {backend!r}; known: {', '.join(_BACKENDS)}")
         self.backend = backend
         cdef uint64_t did = as_u64(device_id, "device_id")
         if did >= (<uint64_t>1 << (64 - _DEVICE_SHIFT)) - 1:
@@ -287,7 +287,7 @@ cdef class Device(_DeviceReadout):
         raised.  Returns the bytes mapped."""
         return _wake_tag(self, tag)
 
-    # ---- aligned groups, sharing between processes (_tags.pxi, ascmem/ipc.py) -------
+    # ---- aligned groups, sharing between processes (_tags.pyx, ascmem/ipc.py) -------
 
     def align_tag(self, tag, alignment, *, shareable=False):
         """Every later block allocated with tag starts on a multiple of
@@ -604,7 +604,7 @@ cdef _paged_config(ascm_device_config *cfg, Device dev, _DeviceParts parts, uint
     """Device(paged=True): the kinds free() frees become paged pools, if the
     product has virtual memory management (profiles [V]); never a silent
     fallback to contiguous pools.  acl: ranges from aclrtReserveMemAddress,
-    granules of 2 MB mapped through pyACL (_acl_paging.pxi)."""
+    granules of 2 MB mapped through pyACL (_acl_paging.pyx)."""
     prof = dev.profile
     if not prof.virtual_memory:
         raise UnsupportedError(f"paged=True: {prof.title} has no virtual memory management "

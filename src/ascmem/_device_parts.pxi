@@ -73,7 +73,7 @@ def kind_table():
     return out
 
 
-cdef inline int _kind_arg(object kind) except -1:
+cdef int _kind_arg(object kind) except -1:
     """A MemKind, its value or its name (any case) as a kind number."""
     try:
         if isinstance(kind, str):
@@ -125,21 +125,6 @@ cdef _budget_config(ascm_device_config *cfg, object prof, object lay, str mode):
 @cython.no_gc_clear  # Device.__dealloc__ reads it (a cycle through oom_callback is cleared at the Device)
 cdef class _DeviceParts:
     """A Device's private state: its parts, and what the front counts itself."""
-    cdef _Growth growth
-    cdef _Upstream up
-    cdef _StreamLedger ledger
-    cdef _ViewRegistry views
-    cdef _GuardBytes guards          # None unless debug mode (ASCMEM_DEBUG=1, host backend)
-    cdef _TagRegistry tags           # tagged blocks, sleeping tags (_tags.pxi)
-    cdef _AclMapper mapper           # acl backend, paged: the runtime's physical memory
-    cdef bint general                # guard bytes or a mapper: every call takes the general path
-    cdef dict counters               # stats()["device"] counters
-    cdef set warned                  # ASCM_EVENT_* causes warned about
-    cdef object oom_callback
-    cdef bint closed, job_started
-    cdef str closed_why              # why closed, when not by close(): "" or " (...)"
-    cdef bint paged                  # huge, normal and huge1g are paged pools
-    cdef uint64_t reused_bytes, reuse_count, fixed_taken, aicpu
 
     def __cinit__(self, _Upstream up, sizes, uint64_t aicpu):
         self.up = up
@@ -190,7 +175,7 @@ cdef class _DeviceParts:
 
     cdef bint apply_maps(self) except -1:
         """acl, paged: the map and unmap runs the pools queued, through pyACL
-        (_acl_paging.pxi); False if the runtime refused a map."""
+        (_acl_paging.pyx); False if the runtime refused a map."""
         return self.mapper is None or self.mapper.apply()
 
     cdef forget_blocks(self):

@@ -292,7 +292,7 @@ cdef _closed_error(Device dev, str call):
                              f"{(<_DeviceParts>dev._parts).closed_why}")
 
 
-cdef inline int _require_open(Device dev, str call) except -1:
+cdef int _require_open(Device dev, str call) except -1:
     if (<_DeviceParts>dev._parts).closed:
         raise _closed_error(dev, call)
     return 0

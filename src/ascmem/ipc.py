@@ -81,16 +81,17 @@ class _Import:
 
 
 class IpcState:
-    """A Device's exports and imports.  backend: "host", "sim" or "acl";
-    acl: the pyACL module; device_id: for the sim's import window."""
+    """A Device's exports and imports.  sharing: the upstream's capability
+    ("os", "local" or "runtime": ascmem/_upstream.pyx); acl: the pyACL
+    module; device_id: for the sim's import window."""
 
-    def __init__(self, backend, acl=None, device_id=0):
+    def __init__(self, sharing, acl=None, device_id=0):
         self.lock = threading.RLock()
         self.exports = {}   # key -> _Export
         self.imports = {}   # key -> _Import
         self.import_at = {}  # importer address -> key
         self.backed = {}    # host: block address -> (size, memfd)
-        self.way = {"host": _HostWay, "sim": _SimWay, "acl": _AclWay}[backend](acl, device_id)
+        self.way = _WAYS[sharing](acl, device_id)
 
     # ---- blocks of shareable tags -------------------------------------------------
 
@@ -353,6 +354,10 @@ class _AclWay:
 # size of 0, a flag past the last one, an empty pid list, the runtime's
 # ACL_ERROR_RT_PARAM_INVALID (src/runtime/api/impl/api_error.cc lines
 # 3747-3766, 3809-3846).
+
+
+# how each sharing capability of an upstream (ascmem/_upstream.pyx) shares blocks
+_WAYS = {"os": _HostWay, "local": _SimWay, "runtime": _AclWay}
 
 def _dropin(call, *args):
     from ascmem import acl

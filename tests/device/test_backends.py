@@ -1,7 +1,8 @@
-"""The backend contract: each backend is an upstream class that declares what
-it can do (src/ascmem/_upstream.pxi, the top of the file), and the Device
-reads those capabilities, never the backend's name.  Adding a backend is its
-class, one line of the registry and one line here."""
+"""The backend contract: each backend is a module with an upstream class that
+declares what it can do (src/ascmem/_upstream.pyx, the top of the file), and
+the Device reads those capabilities, never the backend's name.  Adding a
+backend is its module, one line of the registry (_backends.py) and one line
+here."""
 import os
 import re
 
@@ -29,8 +30,10 @@ def test_every_registered_backend_is_tested_and_declares_every_capability():
     caps = _core.backends()
     assert set(caps) == set(MAKERS)
     for name, c in caps.items():
-        assert set(c) == {"holds_memory", "readable", "from_runtime", "paging", "chunk_alignment"}
+        assert set(c) == {"holds_memory", "readable", "from_runtime", "paging", "chunk_alignment",
+                          "sharing"}
         assert c["paging"] in ("counted", "os", "runtime"), name
+        assert c["sharing"] in ("local", "os", "runtime"), name
         assert c["chunk_alignment"] == 0 or c["chunk_alignment"] & (c["chunk_alignment"] - 1) == 0
         assert not c["readable"] or c["holds_memory"], name  # host-readable memory is memory
 
@@ -65,11 +68,49 @@ def test_a_device_behaves_as_its_backend_declares(name):
 
 def test_no_backend_name_is_compared_outside_the_registry():
     """The Device's parts ask the upstream's capabilities; only the registry
-    (_upstream.pxi's _make_upstream) turns a name into a backend."""
-    pattern = re.compile(r"""(backend|\.name)\s*(==|!=)\s*["'](sim|host|acl)["']""")
+    (_backends.py) turns a name into a backend, and only a backend's own
+    module names it.  Neither compared nor used as a key."""
+    compared = re.compile(r"""(backend|\.name)\s*(==|!=)\s*["'](sim|host|acl)["']""")
+    keyed = re.compile(r"""\{\s*["'](sim|host|acl)["']\s*:""")
+    own = {"_backends.py", "_backend_sim.pyx", "_backend_host.pyx", "_backend_acl.pyx"}
     found = []
     for fname in sorted(os.listdir(SRC)):
-        if fname.endswith((".pxi", ".pyx")) and fname != "_upstream.pxi":
+        if fname.endswith((".pxi", ".pyx", ".pxd", ".py")) and fname not in own:
             with open(os.path.join(SRC, fname)) as f:
-                found += [f"{fname}:{i}" for i, line in enumerate(f, 1) if pattern.search(line)]
+                found += [f"{fname}:{i}" for i, line in enumerate(f, 1)
+                          if compared.search(line) or keyed.search(line)]
     assert not found, found
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_each_backend_is_a_module_of_its_own(name):
+    """One module per backend, made by the registry's line for it."""
+    from ascmem import _backends
+    module = _backends.BACKENDS[name].__module__
+    assert module == f"ascmem._backend_{name}", module
+    up = _backends.make_upstream(name, 0, fake_acl.make())
+    assert type(up).__module__ == module and up.name == name
+    up.close()
+
+
+def test_the_c_core_is_linked_into_one_module_only():
+    """The C core's state (the pluggable and external allocator registries,
+    the fork handler) exists once in a process: only ascmem._core defines its
+    functions; the other extension modules call it through _core's table."""
+    import glob
+    import shutil
+    import subprocess
+    nm = shutil.which("nm")
+    if not nm:
+        pytest.skip("no nm")
+    here = os.path.dirname(_core.__file__)
+    suffix = os.path.splitext(_core.__file__)[1]
+    defines = {}
+    for path in glob.glob(os.path.join(here, "_*" + suffix)):
+        out = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True,
+                             text=True, check=True).stdout
+        defines[os.path.basename(path).split(".")[0]] = {l.split()[-1] for l in out.splitlines()
+                                                         if l.split()[-1].startswith("ascm_")}
+    assert len(defines) > 5, defines  # the modules are built
+    assert "ascm_pool_create" in defines["_core"]
+    assert {m for m, names in defines.items() if names} == {"_core"}, defines

@@ -1,24 +1,24 @@
-# A Device's stream ledger: blocks freed on a stream wait until the streams
-# that may still use them are past the free.  Included by _core.pyx.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
+"""A Device's stream ledger: blocks freed on a stream wait until the streams
+that may still use them are past the free.  Cimported by ascmem._core
+(_streams.pxd); the C core through its table (CoreCalls)."""
 #
 # The ledger only keeps the books.  Whatever becomes free is handed back to
 # the Device as (address, kind mask) pairs to free, after the books are
 # finished: a free may wait (the GIL released) for a reset in another thread,
 # and that thread must find consistent books.
 
-cdef uint64_t _ALL = 0xFFFFFFFFFFFFFFFF  # release: every block, whatever its sequence number
+cimport cython
+
+from ascmem._core cimport ASCM_OK, CoreCalls, ascm_device, ascm_pool, ascm_route, core_calls
+
+cdef const CoreCalls *C = core_calls()
 
 
 @cython.final
 cdef class _PendingBlock:
     """A block freed on one or more streams, waiting for their work."""
-    cdef readonly uint64_t addr
-    cdef readonly unsigned mask      # the kinds its free call frees (to free it in the end)
-    cdef readonly set holders        # streams whose queued work may still use it
-    cdef readonly uint64_t seq       # the ledger's count of deferred frees when it was freed
-    cdef readonly uint64_t nbytes    # usable size, counted in pending_bytes
-    cdef readonly int kind
-    cdef readonly dict events        # stream -> upstream event recorded at the free (acl)
 
     def __repr__(self):
         return (f"<pending block {self.addr:#x} {self.nbytes} bytes, seq {self.seq}, "
@@ -29,13 +29,6 @@ cdef class _PendingBlock:
 cdef class _StreamLedger:
     """Pending blocks per stream and per address, the streams record_stream
     added to live blocks, and the sequence numbers events compare against."""
-    cdef dict pending       # stream -> [_PendingBlock] in free order
-    cdef dict by_addr       # address -> _PendingBlock
-    cdef dict recorded      # address -> set of extra streams (record_stream)
-    cdef readonly uint64_t pending_bytes
-    cdef readonly uint64_t seq
-    cdef Py_ssize_t tracked # blocks in by_addr or recorded: the free path's one test
-    cdef _Upstream up       # records and queries the runtime's events
 
     def __cinit__(self, _Upstream up):
         self.pending = {}
@@ -43,7 +36,7 @@ cdef class _StreamLedger:
         self.recorded = {}
         self.up = up
 
-    cdef inline void _recount(self):
+    cdef void _recount(self):
         self.tracked = len(self.by_addr) + len(self.recorded)
 
     cdef bint waits(self, uint64_t addr):
@@ -145,14 +138,14 @@ cdef class _StreamLedger:
         cdef ascm_pool *p
         cdef _PendingBlock b
         blocks = self.pending.get(stream)
-        if not blocks or ascm_device_route(d, n, policy, mode, &r) != ASCM_OK:
+        if not blocks or C.ascm_device_route(d, n, policy, mode, &r) != ASCM_OK:
             return 0
         kinds = tuple(r.kinds[i] for i in range(r.nkinds))
         for b in blocks:
             if b.kind not in kinds or len(b.holders) != 1:
                 continue
-            p = ascm_device_pool_at(d, b.addr, NULL)
-            if p is NULL or ascm_pool_relabel(p, b.addr, r.rounded, r.pad, r.align) != ASCM_OK:
+            p = C.ascm_device_pool_at(d, b.addr, NULL)
+            if p is NULL or C.ascm_pool_relabel(p, b.addr, r.rounded, r.pad, r.align) != ASCM_OK:
                 continue
             blocks.remove(b)
             if not blocks:

@@ -1,29 +1,35 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
 # Tags: named groups of device blocks that can sleep -- give their physical
 # memory back while keeping their addresses -- and wake again with their
 # contents (what vLLM's sleep mode needs for weights and KV cache).  Needs a
 # paged Device: a sleeping large block's granules are unmapped where no
 # awake block shares them (ascm_pool_sleep); small blocks (slab slots) share
 # their slab with other blocks, so they stay resident, contents in place.
-# Included by _core.pyx.
+# A module of its own: the Device (ascmem._core) cimports the registry and
+# the operations (_tags.pxd); they work on the Device's parts (_core.pxd) and
+# call the C core through its table (CoreCalls).
 
+cimport cython
+from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from ascmem.errors import IpcBusyError
+from ascmem._core cimport (ASCM_ERR_BUDGET, ASCM_ERR_NOMEM, ASCM_FREE_DEVICE, ASCM_KINDS, ASCM_OK,
+                           CoreCalls, Device, _DeviceParts, _as_u64_slow as as_u64, _fmt_bytes,
+                           _guard, _require_open, ascm_device, ascm_pool, ascm_route, core_calls)
+from ascmem._upstream cimport _Upstream
+from ascmem._views cimport _ViewRegistry
+
+from ascmem.errors import (ArgumentTypeError, InvalidArgumentError, IpcBusyError,
+                           OutOfMemoryError, UnsupportedError)
+from ascmem.rules import MemKind
+
+cdef const CoreCalls *C = core_calls()
 
 
 @cython.final
 cdef class _TagRegistry:
     """Which live blocks carry which tag, and what each sleeping tag saved."""
-    cdef dict tag_of        # address -> tag
-    cdef dict members       # tag -> set of addresses
-    cdef dict sleeping      # tag -> {address: saved bytes (None: not kept) or False: resident}
-    cdef set known          # every tag a block was allocated with (resets keep it)
-    cdef Py_ssize_t tracked # tagged live blocks and open exports: the free path's one test
-    cdef dict aligned       # tag -> alignment of its later blocks (align_tag)
-    cdef set shareable      # tags whose blocks can be exported (align_tag(shareable=True))
-    cdef dict cost_at       # address -> bytes the alignment added to that live block
-    cdef dict cost_of       # tag -> [bytes now, peak bytes, live aligned blocks]
-    cdef object ipc         # ascmem.ipc.IpcState, made on first use (None before)
 
     def __cinit__(self):
         self.tag_of = {}
@@ -71,9 +77,9 @@ cdef class _TagRegistry:
         cdef ascm_pool *p
         for saved in self.sleeping.values():
             for addr, state in saved.items():
-                p = ascm_device_pool_at(d, addr, NULL)
+                p = C.ascm_device_pool_at(d, addr, NULL)
                 if state is not False and p is not NULL and \
-                        ascm_pool_usable_size(p, addr, &n) == ASCM_OK:
+                        C.ascm_pool_usable_size(p, addr, &n) == ASCM_OK:
                     total += n
         return total
 
@@ -93,7 +99,7 @@ cdef class _TagRegistry:
             self.ipc.drop_all()
 
 
-cdef inline _check_tag(object tag):
+cdef _check_tag(object tag):
     try:
         hash(tag)
     except TypeError:
@@ -134,16 +140,16 @@ cdef uint64_t _sleep_body(Device dev, object tag, bint keep) except? 0:
     copies = {}
     if keep and parts.mapper is not None:  # every copy first: a refused one changes nothing
         for a in addrs:
-            p = ascm_device_pool_at(dev._d, a, NULL)
-            ascm_pool_usable_size(p, a, &n)
+            p = C.ascm_device_pool_at(dev._d, a, NULL)
+            C.ascm_pool_usable_size(p, a, &n)
             copies[a] = parts.mapper.to_host(a, n)
     saved = {}
     for a in addrs:
-        p = ascm_device_pool_at(dev._d, a, NULL)
-        ascm_pool_usable_size(p, a, &n)
+        p = C.ascm_device_pool_at(dev._d, a, NULL)
+        C.ascm_pool_usable_size(p, a, &n)
         data = copies.get(a) if parts.mapper is not None else \
             ((<char *><size_t>a)[:n] if keep and parts.up.readable else None)
-        if ascm_pool_sleep(p, a, &given) == ASCM_OK:
+        if C.ascm_pool_sleep(p, a, &given) == ASCM_OK:
             saved[a] = data
             released += given
         else:  # a slab slot: its slab is shared, so it stays as it is
@@ -175,15 +181,15 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
     for a, data in saved.items():
         if data is False:
             continue
-        p = ascm_device_pool_at(dev._d, a, NULL)
-        st = ascm_pool_wake(p, a, &taken)
+        p = C.ascm_device_pool_at(dev._d, a, NULL)
+        st = C.ascm_pool_wake(p, a, &taken)
         if st == ASCM_OK and not parts.apply_maps():
-            ascm_pool_sleep(p, a, NULL)  # the runtime refused: this one goes back to sleep too
+            C.ascm_pool_sleep(p, a, NULL)  # the runtime refused: this one goes back to sleep too
             parts.apply_maps()
             st = ASCM_ERR_NOMEM
         if st != ASCM_OK:
             for b in woken:  # back to sleep: the device is left as it was
-                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b, NULL)
+                C.ascm_pool_sleep(C.ascm_device_pool_at(dev._d, b, NULL), b, NULL)
             parts.apply_maps()
             b = dev.budget()
             raise OutOfMemoryError(f"wake({tag!r}): the device has no room to map {a:#x} again "
@@ -199,7 +205,7 @@ cdef uint64_t _wake_body(Device dev, object tag) except? 0:
                     parts.mapper.to_device(a, data)
         except BaseException:
             for b in woken:  # asleep again, contents still kept: a later wake can retry
-                ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b, NULL)
+                C.ascm_pool_sleep(C.ascm_device_pool_at(dev._d, b, NULL), b, NULL)
             parts.apply_maps()
             raise
     else:
@@ -270,10 +276,10 @@ cdef uint64_t _chunk_alignment(Device dev):
     if up.chunk_alignment:
         return min(up.chunk_alignment, _MAX_ALIGNMENT)
     for k in range(ASCM_KINDS):
-        if ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
+        if C.ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
             continue
-        for i in range(ascm_device_chunk_count(dev._d, k)):
-            if ascm_device_chunk(dev._d, k, i, &base, &size) is not NULL and base:
+        for i in range(C.ascm_device_chunk_count(dev._d, k)):
+            if C.ascm_device_chunk(dev._d, k, i, &base, &size) is not NULL and base:
                 least = min(least, base & -base)
     return least
 
@@ -289,12 +295,12 @@ cdef int _join_aligned(Device dev, uint64_t addr, object tag, uint64_t n, uint32
     cdef ascm_route r
     cdef uint64_t usable = 0, plain = 0
     cdef int kind
-    cdef ascm_pool *p = ascm_device_pool_at(dev._d, addr, NULL)
-    ascm_pool_usable_size(p, addr, &usable)
+    cdef ascm_pool *p = C.ascm_device_pool_at(dev._d, addr, NULL)
+    C.ascm_pool_usable_size(p, addr, &usable)
     cdef ascm_pool *q
-    if ascm_device_route(dev._d, n, policy, mode, &r) == ASCM_OK:
-        q = ascm_device_pool(dev._d, r.kinds[0])  # where the call lands unaligned
-        plain = ascm_pool_usable_for(q if q is not NULL else p, r.rounded + r.pad, r.align)
+    if C.ascm_device_route(dev._d, n, policy, mode, &r) == ASCM_OK:
+        q = C.ascm_device_pool(dev._d, r.kinds[0])  # where the call lands unaligned
+        plain = C.ascm_pool_usable_for(q if q is not NULL else p, r.rounded + r.pad, r.align)
     cost = usable - plain if usable > plain else 0
     tags.cost_at[addr] = cost
     c = tags.cost_of[tag]
@@ -307,7 +313,7 @@ cdef int _join_aligned(Device dev, uint64_t addr, object tag, uint64_t n, uint32
             _ipc_state(dev).back(addr, usable)
         except BaseException:
             tags.forget(addr)
-            ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
+            C.ascm_device_free_held(dev._d, addr, 0xFFFFFFFF, &kind)
             parts.apply_maps()
             raise
     return 0
@@ -334,7 +340,7 @@ cdef object _ipc_state(Device dev):
     cdef _DeviceParts parts = <_DeviceParts>dev._parts
     if parts.tags.ipc is None:
         from ascmem import ipc
-        parts.tags.ipc = ipc.IpcState(dev.backend, parts.up.acl, dev.device_id)
+        parts.tags.ipc = ipc.IpcState(parts.up.sharing, parts.up.acl, dev.device_id)
     return parts.tags.ipc
 
 
@@ -351,10 +357,10 @@ cdef object _ipc_export(Device dev, object ptr, object size, object pids, object
     cdef uint64_t a = as_u64(ptr, "pointer"), usable
     cdef int k = -1
     _require_open(dev, "ipc_export")
-    cdef ascm_pool *p = ascm_device_pool_at(dev._d, a, &k)
-    if p is NULL or parts.ledger.waits(a) or ascm_pool_usable_size(p, a, &usable) != ASCM_OK:
+    cdef ascm_pool *p = C.ascm_device_pool_at(dev._d, a, &k)
+    if p is NULL or parts.ledger.waits(a) or C.ascm_pool_usable_size(p, a, &usable) != ASCM_OK:
         raise InvalidArgumentError(f"ipc_export: {a:#x} is not the start of a live block")
-    if not ascm_kind(k).device or ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
+    if not C.ascm_kind(k).device or C.ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
         raise InvalidArgumentError(f"ipc_export: {a:#x} is {MemKind(k).name.lower()} memory; "
                                    f"aclrtIpcMemGetExportKey shares device memory from aclrtMalloc")
     if parts.tags.asleep_tag(a) is not None:

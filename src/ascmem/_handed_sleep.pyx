@@ -1,8 +1,21 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
 # Sleep and wake of every live block of a paged Device, whoever allocated it:
 # for callers outside the Python layer (torch through ascmem.torch), whose
-# blocks the tag registry does not know.  Included by _core.pyx.
+# blocks the tag registry does not know.  A module of its own: it works on
+# a Device's parts (_core.pxd) and calls the C core through its table
+# (CoreCalls); ascmem._core re-exports its functions.
 
-from libc.stdlib cimport malloc as _c_malloc
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport free, malloc as _c_malloc
+
+from ascmem._core cimport (ASCM_ERR_INVAL, ASCM_FREE_DEVICE, ASCM_KINDS, ASCM_OK, CoreCalls,
+                           Device, _DeviceParts, _require_open, ascm_device, ascm_pool, ascm_stats,
+                           core_calls)
+
+from ascmem.errors import OutOfMemoryError, UnsupportedError
+
+cdef const CoreCalls *C = core_calls()
 
 
 cdef struct _block_list:
@@ -27,13 +40,13 @@ cdef list _live_blocks(ascm_device *d):
     cdef ascm_pool *p
     out = []
     for k in range(ASCM_KINDS):
-        if ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
+        if C.ascm_kind(k).freed_by != ASCM_FREE_DEVICE:
             continue
-        for c in range(ascm_device_chunk_count(d, k)):
-            p = ascm_device_chunk(d, k, c, NULL, NULL)
+        for c in range(C.ascm_device_chunk_count(d, k)):
+            p = C.ascm_device_chunk(d, k, c, NULL, NULL)
             if p is NULL:
                 continue
-            ascm_pool_stats(p, &st)
+            C.ascm_pool_stats(p, &st)
             l.cap = st.live_count + 64  # blocks allocated meanwhile by other threads are not this call's
             l.n = 0
             l.addr = <uint64_t *>_c_malloc(l.cap * sizeof(uint64_t))
@@ -42,7 +55,7 @@ cdef list _live_blocks(ascm_device *d):
                 if l.addr is NULL or l.size is NULL:
                     raise MemoryError()
                 with nogil:
-                    ascm_pool_walk(p, _collect_block, &l)
+                    C.ascm_pool_walk(p, _collect_block, &l)
                 out.extend((l.addr[i], l.size[i]) for i in range(l.n))
             finally:
                 free(l.addr)
@@ -68,13 +81,13 @@ def _sleep_handed_out(Device dev, save):
     saved = {}
     with parts.map_lock():
         for a, n in _live_blocks(dev._d):
-            p = ascm_device_pool_at(dev._d, a, NULL)
+            p = C.ascm_device_pool_at(dev._d, a, NULL)
             if p is NULL:
                 continue
             if n <= 32768:  # a slab slot (ascm_pool_sleep refuses it): it stays
                 continue
             token = save(a, n) if save is not None else None
-            if ascm_pool_sleep(p, a, &given) == ASCM_OK:
+            if C.ascm_pool_sleep(p, a, &given) == ASCM_OK:
                 saved[a] = token
                 released += given
     return released, saved
@@ -93,14 +106,14 @@ def _wake_handed_out(Device dev, dict saved, load):
     woken = []
     with parts.map_lock():
         for a in saved:
-            p = ascm_device_pool_at(dev._d, a, NULL)
-            st = ascm_pool_wake(p, a, &taken) if p is not NULL else ASCM_ERR_INVAL
+            p = C.ascm_device_pool_at(dev._d, a, NULL)
+            st = C.ascm_pool_wake(p, a, &taken) if p is not NULL else ASCM_ERR_INVAL
             if st == ASCM_ERR_INVAL:  # freed while asleep (or freed and allocated again: awake)
                 continue
             if st != ASCM_OK:
                 for b in woken:
-                    ascm_pool_sleep(ascm_device_pool_at(dev._d, b, NULL), b, NULL)
-                raise OutOfMemoryError(f"wake: no room to map {a:#x} again ({ascm_status_str(st).decode()})")
+                    C.ascm_pool_sleep(C.ascm_device_pool_at(dev._d, b, NULL), b, NULL)
+                raise OutOfMemoryError(f"wake: no room to map {a:#x} again ({C.ascm_status_str(st).decode()})")
             woken.append(a)
             mapped += taken
     for a in woken:
@@ -111,4 +124,4 @@ def _wake_handed_out(Device dev, dict saved, load):
 
 def _handed_out(Device dev):
     """Blocks of this Device handed out to C callers and not freed."""
-    return ascm_device_handed_out(dev._d) if dev._d is not NULL else 0
+    return C.ascm_device_handed_out(dev._d) if dev._d is not NULL else 0

@@ -1,5 +1,17 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
 # Binding of the external allocator's slots (csrc/acl_allocator.c) to
-# Devices, for ascmem.acl.register_allocator.  Included by _core.pyx.
+# Devices, for ascmem.acl.register_allocator.  A module of its own: the C core
+# through its table (CoreCalls); ascmem._core re-exports its names.
+
+from libc.stdint cimport uintptr_t
+
+from ascmem._core cimport (ASCM_ACL_ALLOCATOR_SLOTS, ASCM_OK, CoreCalls, Device, _DeviceParts,
+                           ascm_device, core_calls)
+
+from ascmem.errors import InvalidArgumentError, UnsupportedError
+
+cdef const CoreCalls *C = core_calls()
 
 def _acl_allocator_bind(int slot, Device device=None):
     """Points external-allocator slot at device (None: unbinds, waiting
@@ -11,11 +23,11 @@ def _acl_allocator_bind(int slot, Device device=None):
         raise UnsupportedError("a paged acl device maps its memory through pyACL, which the "
                                "external allocator's callbacks (called without the GIL) cannot do")
     with nogil:
-        st = ascm_acl_allocator_bind(slot, d)
+        st = C.ascm_acl_allocator_bind(slot, d)
     if st != ASCM_OK:
         raise InvalidArgumentError(f"external allocator slot {slot} is outside "
                                    f"0..{ASCM_ACL_ALLOCATOR_SLOTS - 1}")
-    return <uintptr_t>ascm_acl_allocator_handle(slot)
+    return <uintptr_t>C.ascm_acl_allocator_handle(slot)
 
 
 ACL_ALLOCATOR_SLOTS = ASCM_ACL_ALLOCATOR_SLOTS

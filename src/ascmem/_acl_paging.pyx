@@ -1,3 +1,5 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
 # Paged kinds on the acl backend: physical memory from the Ascend runtime
 # (aclrtMallocPhysical + aclrtMapMem per granule; aclrtUnmapMem +
 # aclrtFreePhysical), under address ranges reserved with
@@ -10,14 +12,22 @@
 # not mapped yet, so every call that can queue holds the mapper's lock from
 # the pool call to the end of the apply (pyACL may let other Python threads
 # run meanwhile).  The pluggable functions, which run without the GIL, are
-# refused for such a device.  Included by _core.pyx.
+# refused for such a device.  Cimported by ascmem._core (_acl_paging.pxd);
+# the C core through its table (CoreCalls).
 
-import ctypes
-
+cimport cython
 from libc.stdlib cimport malloc as c_malloc, realloc as c_realloc, free as c_free
 
-cdef uint64_t _ACL_GRANULE = 2 << 20  # aclrtMapMem: 2 MB-aligned addresses and sizes
-cdef uint64_t _ACL_GRANULE_1G = 1 << 30  # ACL_MEM_HUGE1G: "1G粒度对齐" (1 GB granularity)
+from ascmem._core cimport (ASCM_KIND_HUGE, ASCM_KIND_HUGE1G, ASCM_KIND_NORMAL, CoreCalls,
+                           core_calls)
+
+import ctypes
+import threading
+
+from ascmem.errors import OutOfMemoryError
+
+cdef const CoreCalls *C = core_calls()
+
 _GRANULARITY_RECOMMENDED = 1          # aclrtMemGranularityOptions
 
 # aclrtPhysicalMemProp as pyACL takes it (a dict).  hicann/runtime at
@@ -58,17 +68,6 @@ def _acl_granule(acl_module, int device_id):
     return granule
 
 
-cdef struct _MapRequest:
-    uint64_t addr
-    uint64_t size
-    int map
-
-
-cdef struct _MapQueue:
-    _MapRequest *v
-    size_t n, cap
-
-
 cdef int _acl_map_hook(void *ctx, uint64_t addr, uint64_t size, int map) noexcept nogil:
     """The pools' map hook (ascm_map_fn): queues the run.  A map that cannot
     be queued (host memory ran out) is refused; an unmap cannot be refused,
@@ -93,22 +92,6 @@ cdef int _acl_map_hook(void *ctx, uint64_t addr, uint64_t size, int map) noexcep
 cdef class _AclMapper:
     """The physical memory behind an acl device's paged kinds: one handle
     per mapped piece (a granule; a whole 1 GB page for the 1 GiB kind)."""
-    cdef _MapQueue queue
-    cdef object acl
-    # piece address -> physical memory handle, and -> its bytes: integers
-    # only, so that CPython never tracks the dicts and the cycle collector
-    # cannot empty them before __dealloc__ frees the handles (a dict of
-    # tuples is tracked; see _uncollectable_list)
-    cdef dict handles
-    cdef dict piece_bytes
-    cdef readonly object error   # what the runtime last refused
-    cdef object lock             # held from a pool call that may queue to its apply
-    cdef readonly uint64_t granule  # bytes a piece of the huge and normal kinds maps (_acl_granule)
-    cdef readonly uint64_t mapped_bytes  # what the handles hold
-    cdef ascm_device *d          # the C device, once made (Device.__init__): whose kind a run is
-    cdef int device_id
-    cdef public bint disowned    # in a child of fork(): the handles are the parent's, forgotten
-                                 # at release (the device is closed there: nothing maps)
 
     def __cinit__(self, acl_module, uint64_t granule=_ACL_GRANULE, int device_id=0):
         self.acl = acl_module
@@ -136,7 +119,7 @@ cdef class _AclMapper:
                 for i in range(self.queue.n)]
         self.queue.n = 0
         for addr, size, map in reqs:
-            kind = ascm_device_kind_of(self.d, addr) if self.d is not NULL else -1
+            kind = C.ascm_device_kind_of(self.d, addr) if self.d is not NULL else -1
             piece = _ACL_GRANULE_1G if kind == ASCM_KIND_HUGE1G else self.granule
             for g in range(addr, addr + size, piece):
                 if not map:

@@ -1,17 +1,20 @@
-# A Device's host views of its blocks and its debug guard bytes (host
-# backend).  Included by _core.pyx.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
+"""A Device's host views of its blocks and its debug guard bytes (host
+backend): Python-level state the Device (ascmem._core) cimports through
+_views.pxd; nothing here calls the C core."""
 
-cdef uint64_t _GUARD = 64             # debug mode: bytes written after each block
-_GUARD_BYTES = bytes([0xAB]) * 64
+cimport cython
+
+from ascmem.errors import DeviceClosedError, InvalidArgumentError
+
+_GUARD_BYTES = bytes([0xAB]) * _GUARD
 
 
 @cython.final
 cdef class _ViewRegistry:
     """Live buffer exports per block address.  A block with a live view
     cannot be freed; a device with any cannot be reset or closed."""
-    cdef dict counts        # address -> live exports
-    cdef Py_ssize_t live    # exports in all: the free path's one test
-    cdef bint closed        # the device is closed: no new exports
 
     def __cinit__(self):
         self.counts = {}
@@ -56,12 +59,6 @@ cdef class _BlockBuffer:
     look here) and the buffer refuses for good.  Without that,
     memoryview(dev.buffer(p).obj) reached the memory of a freed, sleeping or
     reset block (issue 45.2)."""
-    cdef object device
-    cdef _ViewRegistry views
-    cdef uint64_t addr, nbytes
-    cdef Py_ssize_t shape[1]
-    cdef Py_ssize_t exports  # live exports of this buffer
-    cdef bint retired        # its exports all ended: refuses from now on
 
     def __cinit__(self, token, device, _ViewRegistry views, uint64_t addr, uint64_t nbytes):
         if token is not _BUFFER_TOKEN:
@@ -105,7 +102,6 @@ cdef class _BlockBuffer:
 cdef class _GuardBytes:
     """Debug mode (ASCMEM_DEBUG=1, host backend): _GUARD bytes of a known
     pattern after each block, checked when it is freed."""
-    cdef dict sizes  # address -> the size the caller asked for
 
     def __cinit__(self):
         self.sizes = {}

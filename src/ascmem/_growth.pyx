@@ -1,6 +1,25 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: binding=False
 # A Device's growth: how many bytes each kind took from its upstream, its
 # maximum, taking one more chunk when the pools are full and giving idle
-# chunks back.  Included by _core.pyx.
+# chunks back.  Cimported by ascmem._core (_growth.pxd); the C core through
+# its table (CoreCalls).
+
+cimport cython
+from libc.stdint cimport uint64_t
+
+from ascmem._core cimport (ASCM_ERR_NOMEM, ASCM_KINDS, ASCM_MAX_CHUNKS, ASCM_OK, CoreCalls,
+                           ascm_device, ascm_device_config, core_calls, _fmt_bytes,
+                           _as_u64_slow as as_u64, _kind_arg)
+from ascmem._upstream cimport _Upstream, _KIND_SHIFT
+
+import threading
+
+from ascmem._upstream import UpstreamError
+from ascmem.errors import ArgumentTypeError, AscmemError, InvalidArgumentError
+from ascmem.rules import MemKind
+
+cdef const CoreCalls *C = core_calls()
 
 _CHUNK_ALIGN = 2 << 20  # chunks are taken in whole 2 MiB units
 
@@ -35,19 +54,6 @@ cdef class _Growth:
     """Each kind's chunks as the upstream sees them: bytes taken, the initial
     (first-chunk) size, the maximum; one growth at a time.  A kind whose
     maximum is above its initial size grows by chunks."""
-    cdef ascm_device *d            # set by bind()
-    cdef readonly _Upstream up
-    cdef uint64_t size[5]          # first chunk (and least growth) per kind
-    cdef uint64_t maximum[5]
-    cdef uint64_t taken[5]
-    cdef uint64_t first_base[5]    # where each kind's first chunk is now
-    cdef uint64_t peak_taken[5]    # the most taken at once
-    cdef uint64_t total_taken[5], total_given[5]  # bytes, cumulative (first chunks included)
-    cdef uint64_t chunks_taken[5], chunks_given[5], peak_chunks[5]
-    cdef object lock               # the GIL is dropped inside pyACL
-    cdef readonly object error     # the last upstream failure, for the OOM message
-    cdef bint closed
-    cdef dict counters             # the Device's: chunks_taken, chunks_given_back, upstream_failures
 
     def __cinit__(self, _Upstream up, sizes, dict counters):
         self.up = up
@@ -112,9 +118,9 @@ cdef class _Growth:
         for idle chunks back (torch's empty_cache)."""
         self.d = d
         if any(self.maximum[k] > self.size[k] for k in range(ASCM_KINDS)):
-            ascm_device_set_grow(d, _grow_hook, <void *>self)
+            C.ascm_device_set_grow(d, _grow_hook, <void *>self)
         if self.up.holds_memory:
-            ascm_device_set_release(d, _release_hook, <void *>self)
+            C.ascm_device_set_release(d, _release_hook, <void *>self)
 
     cdef after_fork(self):
         self.lock = threading.Lock()  # another thread may have held it at fork()
@@ -128,7 +134,7 @@ cdef class _Growth:
         with self.lock:
             if self.closed:
                 return False
-            if ascm_device_generation(self.d, k) != generation:
+            if C.ascm_device_generation(self.d, k) != generation:
                 return True  # another thread changed the chunks meanwhile
             need = (size + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
             if self.taken[k] + need > self.maximum[k]:
@@ -170,7 +176,7 @@ cdef class _Growth:
         self.peak_chunks[k] = max(self.peak_chunks[k], self.chunks_taken[k] - self.chunks_given[k])
 
     cdef bint _add(self, int k, uint64_t addr, uint64_t size) except -1:
-        if ascm_device_add_chunk(self.d, k, addr, size) != ASCM_OK:
+        if C.ascm_device_add_chunk(self.d, k, addr, size) != ASCM_OK:
             self.up.give(k, addr, size)
             self.error = f"the {MemKind(k).name} pool holds {ASCM_MAX_CHUNKS} chunks, its most"
             return False
@@ -189,7 +195,7 @@ cdef class _Growth:
         cdef uint64_t given = 0
         if self.maximum[k] <= self.size[k] and not self.up.held[k][1:]:
             return 0  # a fixed pool keeps its one chunk
-        if ascm_device_release_empty(self.d, k, bases, sizes, ASCM_MAX_CHUNKS, &n) != ASCM_OK:
+        if C.ascm_device_release_empty(self.d, k, bases, sizes, ASCM_MAX_CHUNKS, &n) != ASCM_OK:
             return 0
         for i in range(n):
             self.up.give(k, bases[i], sizes[i])
