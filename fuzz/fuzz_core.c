@@ -4,7 +4,8 @@
  * sleep and wake, hand-overs (relabel) of sleeping and awake blocks, trims,
  * emptying it at threshold 0; its map hook keeps a mirror of
  * the mapped granules that must agree with the pool's statistics) and one
- * device (allocations, frees -- of guarded blocks too --, batches, trims,
+ * device (allocations, frees -- of guarded blocks and of blocks handed out
+ * to C too, whose marks each free must take --, batches, trims,
  * and the device's lifecycle: resets, a gate shut and reopened around
  * calls, close).  Any crash, sanitizer
  * report or failed check() is a finding, and so is a statistic that lies:
@@ -57,6 +58,29 @@ static uint64_t take(const uint8_t **p, size_t *n, int bytes) {
     return v;
 }
 
+/* Blocks marked handed out to C (ascm_device_hand_out_block) by slot: a mark
+ * belongs to the slot that holds the address now.  Whether the block at
+ * addr is marked; with clear, the marks of every slot holding addr go (a
+ * block freed, or an address handed out afresh: stale slots keep it). */
+static int marked_at(const uint64_t *live, uint8_t *marked, uint64_t addr, int clear) {
+    int m = 0;
+    for (unsigned s = 0; s < SLOTS; s++)
+        if (live[s] == addr && marked[s]) {
+            m = 1;
+            if (clear) marked[s] = 0;
+        }
+    return m;
+}
+
+static void handed_moved(ascm_device *dev, int64_t before, int64_t by, const char *what) {
+    int64_t now = ascm_device_handed_out(dev);
+    if (now != before + by) {
+        fprintf(stderr, "device: %s moved the handed-out count %lld -> %lld, not by %lld\n", what,
+                (long long)before, (long long)now, (long long)by);
+        abort();
+    }
+}
+
 static void must_check(int st, const char *what, const char *msg) {
     if (st != ASCM_OK) {
         fprintf(stderr, "%s check failed: %s\n", what, msg);
@@ -92,6 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ((size & 16) && ascm_pool_set_thread_caches(paged, ASCM_CACHES_ON)))
         abort();
     uint64_t live[4][SLOTS] = {{0}};
+    uint8_t marked[SLOTS] = {0}; /* live[2]'s blocks handed out to C */
     ascm_handle handles[SLOTS] = {0}; /* the pool's blocks allocated by handle */
     char msg[256];
     int closed = 0, epoch = 0;
@@ -136,16 +161,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             ascm_buddy_free(buddy, live[1][slot] ? live[1][slot] : req + (1ull << 32));
             live[1][slot] = 0;
             break;
-        case 4: /* device: any policy value, any sizing mode */
+        case 4: /* device: any policy value, any sizing mode; handed out to C at times */
             if (!live[2][slot] &&
                 ascm_device_malloc(dev, req, (uint32_t)take(&data, &size, 4), (int)(align % 4),
                                    &live[2][slot], &kind, &events) != ASCM_OK)
                 live[2][slot] = 0;
+            else if (live[2][slot] && !marked[slot] && (align & 0x800)) {
+                /* a fresh block carries no mark: the last free of its address took it */
+                int64_t before = ascm_device_handed_out(dev);
+                int fresh = !marked_at(live[2], marked, live[2][slot], 1);
+                if (ascm_device_hand_out_block(dev, live[2][slot]) == ASCM_OK) {
+                    handed_moved(dev, before, fresh, "handing a block out");
+                    marked[slot] = 1;
+                }
+            }
             break;
         case 5: { /* device free, GIL-free or held; a guarded block refuses the GIL-free one */
             uint64_t a = live[2][slot] ? live[2][slot] : req;
             int guarded = (req & 2) && ascm_device_guard(dev, a) == ASCM_OK, held = (req & 4) != 0;
+            int64_t before = ascm_device_handed_out(dev);
             int st = held ? ascm_device_free_held(dev, a, 0x1F, &kind) : ascm_device_free(dev, a, 0x1F, &kind);
+            /* a free unmarks the block whichever way it goes; a refused one changes nothing */
+            handed_moved(dev, before, st == ASCM_OK ? -marked_at(live[2], marked, a, 1) : 0, "a free");
             if (guarded && !held) {
                 if (st == ASCM_OK) {
                     fprintf(stderr, "a guarded block was freed by the GIL-free free\n");
@@ -155,6 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 break;
             }
             live[2][slot] = 0;
+            marked[slot] = 0;
             break;
         }
         case 6: { /* batches longer than the 8 deferred map puts of alloc_many */
@@ -184,6 +222,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 for (int k = 0; k < ASCM_KINDS; k++) base[k] = (1ull << 40) + ((uint64_t)k << 32) + ((uint64_t)epoch << 28);
                 if (ascm_device_reset(dev, base) != ASCM_OK) abort();
                 memset(live[2], 0, sizeof live[2]);
+                memset(marked, 0, sizeof marked);
+                handed_moved(dev, 0, 0, "a reset");
             } else if (slot % 8 == 1) { /* callers arriving while the gate is shut are refused */
                 uint64_t a;
                 ascm_device_quiesce(dev);

@@ -469,7 +469,7 @@ cdef class ChromeScanner:
             small = 0
             self.big[index] = nbytes
         self._add(ts, index, <uint64_t>(addr & 0xFFFFFFFFFFFFFFFF), small,
-                  (<int64_t>dtype << 32) | (did + 1))
+                  (<int64_t>dtype << 32) | (<int64_t>did + 1))  # in 64 bits: did may be 2**31 - 1
 
     def __len__(self):
         return self.n

@@ -159,6 +159,11 @@ FORMS = {
                                   + PLAIN}, ensure_ascii=False),
     "args that are not an object on an op": json.dumps({"traceEvents": [
         {"name": "op", "args": [1, 2]}] + PLAIN}),
+    # the first event read by Python (an escape in a key), the second by the
+    # scanner: one device, whichever reads it (Device Id + 1 overflowed a C int)
+    "the largest device, read both ways": json.dumps({"traceEvents": [
+        mem(1, 16, 64, 2**31 - 1, 2**31 - 1), mem(2, 16, -64, 2**31 - 1, 2**31 - 1)]}).replace(
+        '"Bytes"', '"B\\u0079tes"', 1),
 }
 
 
