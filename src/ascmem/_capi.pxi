@@ -41,13 +41,23 @@ cdef int _capi_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int
                              uint64_t *addr, int *kind, int *events) noexcept nogil:
     """The capsule's device allocation: marked as handed out to C, so
     close() and reset() refuse while it is live (ascm_device_hand_out_block;
-    its free unmarks it, whichever path frees it)."""
+    its free unmarks it, whichever path frees it).  The allocation and the
+    mark happen in one pass of the gate: marked after leaving it, a close()
+    or reset() in between would pass its check, unmap the block and then be
+    refused for good by the late mark (the pluggable alloc does the same)."""
     cdef int k
-    cdef int st = ascm_device_malloc(d, size, policy, mode, addr, kind, events)
+    cdef int st
+    if not ascm_device_enter(d):
+        addr[0] = 0
+        kind[0] = -1
+        events[0] = 0
+        return ASCM_ERR_CLOSED
+    st = ascm_device_malloc_entered(d, size, policy, mode, addr, kind, events)
     if st == ASCM_OK and ascm_device_hand_out_block(d, addr[0]) != ASCM_OK:
-        ascm_device_free(d, addr[0], 0xFFFFFFFF, &k)  # unmarked: not handed out
+        ascm_device_free_entered(d, addr[0], 0xFFFFFFFF, &k)  # unmarked: not handed out
         addr[0] = 0
         st = ASCM_ERR_HOSTMEM
+    ascm_device_leave(d)
     return st
 
 

@@ -159,6 +159,9 @@ cdef extern from "ascmem.h" nogil:
     void ascm_device_unguard(ascm_device *d, uint64_t addr)
     int ascm_device_enter(ascm_device *d)
     void ascm_device_leave(ascm_device *d)
+    int ascm_device_malloc_entered(ascm_device *d, uint64_t size, uint32_t policy, int mode,
+                                   uint64_t *addr, int *kind, int *events)
+    int ascm_device_free_entered(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     void ascm_device_quiesce(ascm_device *d)
     void ascm_device_reopen(ascm_device *d)
     int ascm_device_close(ascm_device *d)

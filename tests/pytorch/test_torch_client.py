@@ -197,6 +197,11 @@ def test_capsule_blocks_count_as_handed_out():
     assert dfree(d, addr.value, 0x13, ctypes.byref(kind)) == 0  # aclrtFree's kinds
     assert _core_handed_out(dev) == 0
     dev.close()
+    # refused at the gate, before any block is taken or marked (allocation and
+    # mark are one pass of the gate, so a close cannot fall between them)
+    addr.value = 7
+    assert dmalloc(d, 4096, 0, 0, ctypes.byref(addr), ctypes.byref(kind), ctypes.byref(ev)) != 0
+    assert addr.value == 0 and kind.value == -1 and _core_handed_out(dev) == 0
 
 
 def test_a_failed_allocation_tells_torch_why():
