@@ -5,6 +5,8 @@
 cimport cython
 from libc.stdint cimport uint64_t
 
+from ascmem._core cimport (ASCM_KIND_DVPP, ASCM_KIND_HOST, ASCM_KIND_HUGE, ASCM_KIND_HUGE1G,
+                          ASCM_KIND_NORMAL)
 from ascmem._upstream cimport _RealUpstream
 
 import warnings
@@ -13,14 +15,6 @@ from ascmem.errors import (ACL_ERROR_RT_FEATURE_NOT_SUPPORT, AscmemError, Misali
                            OutOfMemoryError, UnsupportedError)
 from ascmem._upstream import UpstreamError
 from ascmem.rules import MemKind
-
-cdef extern from "ascmem.h" nogil:
-    enum:
-        ASCM_KIND_HUGE
-        ASCM_KIND_NORMAL
-        ASCM_KIND_DVPP
-        ASCM_KIND_HOST
-        ASCM_KIND_HUGE1G
 
 # how each kind's chunks are taken from the runtime and given back
 # (namespace, function, policy or None, free function): the runtime's calls,

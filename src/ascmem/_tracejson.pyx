@@ -383,6 +383,16 @@ cdef const unsigned char *_int_member(Ctx *c, const unsigned char *p, int depth,
     return _value(c, p, depth)
 
 
+cdef inline bint _grown(void **column, Py_ssize_t rows) noexcept:
+    """Reallocates one 8-byte column to rows; False (the old array kept) when
+    there is no memory."""
+    cdef void *p = realloc(column[0], rows * 8)
+    if p == NULL:
+        return False
+    column[0] = p
+    return True
+
+
 cdef class ChromeScanner:
     """feed(chunk) for each chunk of the text, then finish().  Columns, one
     entry per [memory] event of the (last) traceEvents list: ts, index (in
@@ -428,23 +438,13 @@ cdef class ChromeScanner:
         free(self.dev)
 
     cdef int _grow(self) except -1:
+        # every column is 8 bytes a row; one that fails to grow keeps its old
+        # array (freed in __dealloc__), so cap stays what all of them hold
         cdef Py_ssize_t cap = self.cap * 2 if self.cap else 4096
-        cdef void *ts = realloc(self.ts, cap * 8)
-        if ts != NULL:
-            self.ts = <double *>ts
-        cdef void *idx = realloc(self.idx, cap * 8)
-        if idx != NULL:
-            self.idx = <int64_t *>idx
-        cdef void *addr = realloc(self.addr, cap * 8)
-        if addr != NULL:
-            self.addr = <uint64_t *>addr
-        cdef void *nbytes = realloc(self.nbytes, cap * 8)
-        if nbytes != NULL:
-            self.nbytes = <int64_t *>nbytes
-        cdef void *dev = realloc(self.dev, cap * 8)
-        if dev != NULL:
-            self.dev = <int64_t *>dev
-        if ts == NULL or idx == NULL or addr == NULL or nbytes == NULL or dev == NULL:
+        cdef bint ok = (_grown(<void **>&self.ts, cap) & _grown(<void **>&self.idx, cap) &
+                        _grown(<void **>&self.addr, cap) & _grown(<void **>&self.nbytes, cap) &
+                        _grown(<void **>&self.dev, cap))
+        if not ok:
             raise MemoryError()
         self.cap = cap
         return 0
