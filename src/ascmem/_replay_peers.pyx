@@ -33,6 +33,87 @@ cdef enum:
 
 cdef uint64_t _NOT_LIVE = <uint64_t>-1
 
+# The peers keep their state in C++ containers, which throw std::bad_alloc
+# when the host runs out of memory.  Nothing in the Cython code between here
+# and CPython catches it, so it would end the process (std::terminate); each
+# call into a peer goes through one of these instead, which turns it into a
+# status, and the caller raises MemoryError and marks the peer lost (it may
+# have been caught half-way through a change).
+cdef extern from *:
+    """
+    #include <new>
+    typedef int (*ascm_peer_alloc_fn)(PyObject *, uint64_t, uint64_t *);
+    typedef int (*ascm_peer_free_fn)(PyObject *, uint64_t);
+    static int ascm_peer_guarded_alloc(ascm_peer_alloc_fn f, PyObject *peer, uint64_t size,
+                                       uint64_t *addr) {
+        try { return f(peer, size, addr); } catch (const std::bad_alloc &) { return -1; }
+    }
+    static int ascm_peer_guarded_free(ascm_peer_free_fn f, PyObject *peer, uint64_t addr) {
+        try { return f(peer, addr); } catch (const std::bad_alloc &) { return -1; }
+    }
+    typedef void (*ascm_peer_void_fn)(PyObject *);
+    static int ascm_peer_guarded_void(ascm_peer_void_fn f, PyObject *peer) {
+        try { f(peer); return 0; } catch (const std::bad_alloc &) { return -1; }
+    }
+    static void ascm_peer_throw_bad_alloc(void) { throw std::bad_alloc(); }
+    static uint64_t *ascm_peer_map_slot(std::unordered_map<uint64_t, uint64_t> &m, uint64_t k) {
+        return &m[k];
+    }
+    """
+    ctypedef int (*_alloc_fn "ascm_peer_alloc_fn")(object, uint64_t, uint64_t *) noexcept
+    ctypedef int (*_free_fn "ascm_peer_free_fn")(object, uint64_t) noexcept
+    int _guarded_alloc "ascm_peer_guarded_alloc"(_alloc_fn, object, uint64_t, uint64_t *) noexcept
+    int _guarded_free "ascm_peer_guarded_free"(_free_fn, object, uint64_t) noexcept
+    ctypedef void (*_void_fn "ascm_peer_void_fn")(object) noexcept
+    int _guarded_void "ascm_peer_guarded_void"(_void_fn, object) noexcept
+    void _throw_bad_alloc "ascm_peer_throw_bad_alloc"() noexcept
+    uint64_t *_map_slot "ascm_peer_map_slot"(unordered_map[uint64_t, uint64_t] &, uint64_t) except +
+
+
+cdef int _alloc_thunk(object peer, uint64_t size, uint64_t *addr) noexcept:
+    return (<_Peer>peer).c_alloc(size, addr)
+
+
+cdef int _free_thunk(object peer, uint64_t addr) noexcept:
+    return (<_Peer>peer).c_free(addr)
+
+
+cdef int _peer_alloc(_Peer peer, uint64_t size, uint64_t *addr) except -1:
+    """peer.c_alloc, with the host's out-of-memory as MemoryError."""
+    if peer.lost:
+        raise MemoryError(_lost_text(peer))
+    cdef int st = _guarded_alloc(_alloc_thunk, peer, size, addr)
+    if st < 0:
+        peer.lost = True
+        raise MemoryError(_lost_text(peer))
+    return st
+
+
+cdef int _peer_free(_Peer peer, uint64_t addr) except -1:
+    """peer.c_free, with the host's out-of-memory as MemoryError."""
+    if peer.lost:
+        raise MemoryError(_lost_text(peer))
+    cdef int st = _guarded_free(_free_thunk, peer, addr)
+    if st < 0:
+        peer.lost = True
+        raise MemoryError(_lost_text(peer))
+    return st
+
+
+cdef int _peer_call(_Peer peer, _void_fn f) except -1:
+    """f(peer), with the host's out-of-memory as MemoryError."""
+    if peer.lost:
+        raise MemoryError(_lost_text(peer))
+    if _guarded_void(f, peer) < 0:
+        peer.lost = True
+        raise MemoryError(_lost_text(peer))
+    return 0
+
+
+def _lost_text(peer):
+    return (f"the host ran out of memory inside {type(peer).__name__}; its state may be "
+            f"half-changed, so it refuses further calls: make a new one")
+
 
 cdef class _Peer:
     """What replay_peer calls: alloc and free with no Python in between.
@@ -41,6 +122,7 @@ cdef class _Peer:
     cdef uint64_t oom_size        # the request of the last out-of-memory, for its message
     cdef bint curve_reserved      # the replay's curve is what it reserves, not what it hands out
     cdef object error             # an exception a Python part raised (tlsf's binding), to raise
+    cdef bint lost                # the host ran out of memory inside a call (_peer_alloc)
 
     cdef int c_alloc(self, uint64_t size, uint64_t *addr) noexcept:
         return _NOMEM
@@ -59,7 +141,7 @@ cdef class _Peer:
 
     def alloc(self, size, align=64):
         cdef uint64_t addr = 0
-        cdef int st = self.c_alloc(_size_arg(size), &addr)
+        cdef int st = _peer_alloc(self, _size_arg(size), &addr)
         if st == _NOMEM:
             raise OutOfMemoryError(self._oom_text())
         if st == _BADSIZE:
@@ -68,7 +150,7 @@ cdef class _Peer:
         return addr
 
     def free(self, addr):
-        if self.c_free(_addr_arg(addr)) != _OK:
+        if _peer_free(self, _addr_arg(addr)) != _OK:
             self.error = None  # a block the binding did not know: the same error as the others
             raise InvalidArgumentError(f"{addr:#x} is not a live block")
 
@@ -241,8 +323,9 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
     cdef BestFit fit = BestFit(1 << 46)
     cdef uint64_t g = granule, off, first, last, j, mapped = 0, peak = 0, usable
     cdef vector[uint64_t] ptr
-    ptr.assign(slots + 1, _NOT_LIVE)
+    ptr.resize(slots + 1, _NOT_LIVE)  # resize, not assign: Cython's assign lets bad_alloc through
     cdef unordered_map[uint64_t, uint64_t] refs   # granule -> live blocks touching it
+    cdef uint64_t *count
     cdef int64_t s
     for i in range(n):
         s = sl[i]
@@ -250,15 +333,16 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
             if s < 0 or s >= slots:
                 raise InvalidArgumentError(f"event {i}: slot {s} is not an allocation's "
                                            f"ordinal (0 to {slots - 1})")
-            if fit.c_alloc(sz[i], &off) != _OK:
+            if _peer_alloc(fit, sz[i], &off) != _OK:
                 raise OutOfMemoryError(fit._oom_text())
             ptr[s] = off
             usable = fit.c_usable(off)
             first, last = off // g, (off + (usable if usable > 1 else 1) - 1) // g
             for j in range(first, last + 1):
-                if refs[j] == 0:
+                count = _map_slot(refs, j)
+                if count[0] == 0:
                     mapped += 1
-                refs[j] += 1
+                count[0] += 1
             if mapped > peak:
                 peak = mapped
         elif 0 <= s < slots and ptr[s] != _NOT_LIVE:
@@ -266,7 +350,7 @@ def bestfit_unmapped_peak(alloc, slot, size, granule):
             ptr[s] = _NOT_LIVE
             usable = fit.c_usable(off)
             first, last = off // g, (off + (usable if usable > 1 else 1) - 1) // g
-            fit.c_free(off)
+            _peer_free(fit, off)
             for j in range(first, last + 1):
                 refs[j] -= 1
                 if refs[j] == 0:
@@ -354,8 +438,8 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
         slots += al[i]
     cdef vector[uint64_t] ptr
     cdef vector[uint64_t] held
-    ptr.assign(slots + 1, _NOT_LIVE)
-    held.assign(slots + 1, 0)
+    ptr.resize(slots + 1, _NOT_LIVE)
+    held.resize(slots + 1, 0)
     out_curve = np.empty(n if curve else 0, np.int64)
     cdef int64_t[::1] pts = out_curve
     cdef int64_t live = 0, used = 0, peak_live = 0, peak_used = 0, nb, s
@@ -380,7 +464,7 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
                     if s < 0 or s >= slots:
                         raise InvalidArgumentError(f"event {i}: slot {s} is not an "
                                                    f"allocation's ordinal (0 to {slots - 1})")
-                    st = peer.c_alloc(sz[i], &addr)
+                    st = _peer_alloc(peer, sz[i], &addr)
                     if st != _OK:
                         if st != _NOMEM:
                             peer._raise_error()
@@ -409,7 +493,7 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
                     if used > peak_used:
                         peak_used = used
                 elif 0 <= s < slots and ptr[s] != _NOT_LIVE:
-                    if peer.c_free(ptr[s]) != _OK:
+                    if _peer_free(peer, ptr[s]) != _OK:
                         peer._raise_error()
                         raise InvalidArgumentError(f"event {i}: the peer refused the free of "
                                                    f"{ptr[s]:#x}")
@@ -428,8 +512,8 @@ def replay_peer(_Peer peer, alloc, slot, size, kind, bint stop_at_failure=False,
                 progress(i, n)
     finally:
         for j in range(slots):  # give everything back, as replay() does
-            if ptr[j] != _NOT_LIVE:
-                peer.c_free(ptr[j])
+            if ptr[j] != _NOT_LIVE and not peer.lost:
+                _peer_free(peer, ptr[j])
     return {"peak_live": peak_live, "peak_used": peak_used, "failures": failures,
             "first_failure": first, "first_error": first_error,
             "kind_peaks": [(c, kind_peak[c]) for c in order],

@@ -26,8 +26,8 @@ cdef struct _TBlock:
 
 cdef _TBlock *_new_block(uint64_t addr, uint64_t size, bint small, bint mapped) noexcept:
     cdef _TBlock *b = <_TBlock *>malloc(sizeof(_TBlock))
-    if b is NULL:
-        return NULL
+    if b is NULL:  # as the containers do: caught at the edge of the call (_peer_alloc)
+        _throw_bad_alloc()
     b.addr, b.size, b.small, b.mapped = addr, size, small, mapped
     b.prev = b.next = NULL
     b.allocated = b.listed = False
@@ -499,3 +499,7 @@ cdef class TorchExpandableSegments(_TorchPeer):
     def _oom_text(self):
         return (f"torch_npu expandable segments: no room to map for {self.oom_request} bytes "
                 f"({self.reserved} of {self.capacity} mapped)")
+
+
+cdef void _empty_cache_thunk(object peer) noexcept:
+    (<TorchExpandableSegments>peer)._empty_cache()
