@@ -56,6 +56,7 @@ struct ascm_pool {
     /* sizes that go to mapped granules first if freed before (pool.c,
      * take_paged): n - mapped_lo < mapped_span, in units; span 0: none */
     uint64_t mapped_lo, mapped_span;
+    uint8_t packed;       /* paged: ASCM_PLACE_PACKED (pool.c, take_paged) */
     ascm_addrmap asleep;  /* paged pools: large blocks put to sleep (first unit -> 1) */
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
