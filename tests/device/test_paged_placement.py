@@ -4,6 +4,10 @@ hole best fit chose, end to end with the block below it), and
 ascmem.trace.choose_placement, which keeps whichever maps fewer bytes when a
 recorded run replays.  Neither wins on every workload (docs/ARCHITECTURE.md,
 Note [Packed placement])."""
+import json
+import subprocess
+import sys
+
 import pytest
 
 import ascmem
@@ -61,3 +65,14 @@ def test_choose_placement_keeps_the_winner():
 def test_a_tie_keeps_the_default():
     whole = tr.Trace([tr.Event("a", 0, 2 * G)], name="whole")
     assert tr.choose_placement(whole, G)[0] == "granules"
+
+
+def test_fit_names_the_placement_that_maps_less():
+    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", "--example", "vit_train",
+                        "--allocator", "pool", "--granule", "2MiB", "--resolution", "4MiB",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (paged,) = json.loads(r.stdout)["paged"]
+    assert paged["placement"] == "packed"
+    assert paged["packed_efficiency"] > paged["physical_efficiency"]
+    assert paged["packed_peak_mapped"] < paged["peak_mapped"]

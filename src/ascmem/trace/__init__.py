@@ -717,22 +717,32 @@ def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 
 
-PLACEMENTS = ("granules", "packed")
+PLACEMENTS = ("granules", "packed")  # Pool's placement argument; the default first
+
+
+def placement_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
+                           progress=None):
+    """physical_efficiency under each paged placement: {placement: (efficiency,
+    peak mapped bytes)}, in the order of PLACEMENTS."""
+    return {p: physical_efficiency(trace, granule, release_threshold, range_size, progress, p)
+            for p in PLACEMENTS}
+
+
+def fewest_mapped(figures):
+    """The placement of placement_efficiencies' figures that maps the fewest
+    bytes at the peak; the default ("granules") on a tie."""
+    return min(figures, key=lambda p: figures[p][1])
 
 
 def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=None):
     """The paged placement (Pool's placement argument) that maps the fewest
-    bytes at the peak when this recorded run replays, the default
-    ("granules") on a tie.  Neither wins on every workload (docs/ARCHITECTURE.md,
-    Note [Packed placement]); a workload that repeats its recorded run keeps
-    the winner.  Returns (placement, efficiency, peak mapped bytes)."""
-    best = None
-    for placement in PLACEMENTS:
-        eff, mapped = physical_efficiency(trace, granule, release_threshold, range_size,
-                                          placement=placement)
-        if best is None or mapped < best[2]:
-            best = (placement, eff, mapped)
-    return best
+    bytes at the peak when this recorded run replays, the default on a tie.
+    Neither wins on every workload (docs/ARCHITECTURE.md, Note [Packed
+    placement]); a workload that repeats its recorded run keeps the winner.
+    Returns (placement, efficiency, peak mapped bytes)."""
+    figures = placement_efficiencies(trace, granule, release_threshold, range_size)
+    best = fewest_mapped(figures)
+    return (best,) + figures[best]
 
 
 def efficiency(trace, allocator="pool", resolution=64 * 1024):
