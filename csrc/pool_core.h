@@ -56,13 +56,13 @@ struct ascm_pool {
     /* sizes that go to mapped granules first if freed before (pool.c,
      * take_paged): n - mapped_lo < mapped_span, in units; span 0: none */
     uint64_t mapped_lo, mapped_span;
-    uint8_t packed;       /* paged: ASCM_PLACE_PACKED (pool.c, take_paged) */
     ascm_addrmap asleep;  /* paged pools: large blocks put to sleep (first unit -> 1) */
     ascm_fit fit;
     uint32_t last_freed;  /* fit node of the last large block freed, kept whole (pool.c) */
     uint8_t kept_in_map;  /* last_freed still has its entry in `blocks` (pool.c) */
     uint8_t kept_reused;  /* the kept block before it was taken back by the next request */
     uint8_t defers;       /* the kept block's discharge may be deferred (pool.c) */
+    uint8_t packed;       /* paged: ASCM_PLACE_PACKED (pool.c, take_paged); in the padding above */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
