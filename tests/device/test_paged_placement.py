@@ -32,6 +32,9 @@ def test_packed_blocks_share_their_edge_granules():
         mapped[placement] = pool.stats()["mapped"]
         pool.check()
         assert pool.placement == placement
+        pool.reset()  # the placement is the pool's configuration: a reset keeps it
+        again = [pool.alloc(G * 7 // 4) for _ in range(8)]
+        assert again == addrs
     assert mapped == {"granules": 16 * G, "packed": 14 * G}
 
 
