@@ -401,6 +401,10 @@ uint64_t ascm_device_trim(ascm_device *d);
  * but the media (DVPP) window's, those of chunks added later included;
  * ASCM_ERR_UNSUPPORTED on a paged device, ASCM_ERR_INVAL for an unknown mode. */
 int ascm_device_set_thread_caches(ascm_device *d, int mode);
+/* The placement (ascm_pool_set_placement) of every paged pool of the
+ * device, those of chunks added later included; ASCM_ERR_INVAL for an
+ * unknown value, or for PACKED on a device that is not paged. */
+int ascm_device_set_placement(ascm_device *d, int placement);
 /* A new chunk [base, base + size) for the kind (ranges must not overlap). */
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);
 /* Closes every chunk of the kind that holds no live block (after giving its

@@ -175,6 +175,7 @@ cdef extern from "ascmem.h" nogil:
     uint64_t ascm_device_release_idle(ascm_device *d)
     uint64_t ascm_device_trim(ascm_device *d)
     int ascm_device_set_thread_caches(ascm_device *d, int mode)
+    int ascm_device_set_placement(ascm_device *d, int placement)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
     ascm_pool *ascm_device_pool(ascm_device *d, int kind)
@@ -251,6 +252,7 @@ cdef class _DeviceReadout:
     cdef readonly object profile, mode, backend
     cdef readonly int device_id
     cdef readonly str thread_caches  # "off", "on" or "auto"
+    cdef readonly object placement  # paged devices: "granules" or "packed"; None for others
     cdef object __weakref__
 
 

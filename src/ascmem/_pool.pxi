@@ -37,12 +37,12 @@ cdef int _caches_mode(object name) except -1:
 cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_PACKED}
 
 
-cdef object _placement_of(object name, bint paged):
-    """The placement of a paged pool ("granules" when name is None), or None
-    for a contiguous one, which has no choice."""
+cdef object _placement_of(object name, bint paged, str paged_by="give a granule"):
+    """The placement of a paged pool or device ("granules" when name is
+    None), or None for one that is not paged, which has no choice."""
     if not paged:
         if name is not None:
-            raise InvalidArgumentError("placement applies to paged pools: give a granule")
+            raise InvalidArgumentError(f"placement applies to paged pools: {paged_by}")
         return None
     if name is None:
         return "granules"

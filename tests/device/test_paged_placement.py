@@ -79,3 +79,28 @@ def test_fit_names_the_placement_that_maps_less():
     assert paged["placement"] == "packed"
     assert paged["packed_efficiency"] > paged["physical_efficiency"]
     assert paged["packed_peak_mapped"] < paged["peak_mapped"]
+
+
+def test_a_paged_device_takes_a_placement_for_its_pools():
+    """Eight blocks of 3.5 MiB on 2 MiB granules: end to end they map 15
+    granules, from granule boundaries 16; a reset keeps the placement."""
+    mapped = {}
+    for placement in (None, "packed"):
+        d = ascmem.Device("atlas-a3", memory=8 << 30, paged=True, placement=placement)
+        assert d.placement == (placement or "granules")
+        for _ in range(2):
+            blocks = [d.malloc(7 << 19, ascmem.Policy.HUGE_ONLY) for _ in range(8)]
+            mapped.setdefault(placement, set()).add(d.stats()["huge"]["mapped"])
+            for b in blocks:
+                d.free(b)
+            d.check()
+            d.reset()
+        d.close()
+    assert mapped == {None: {32 << 20}, "packed": {30 << 20}}
+
+
+def test_a_device_that_is_not_paged_refuses_a_placement():
+    with pytest.raises(InvalidArgumentError, match="paged=True"):
+        ascmem.Device("atlas-a3", memory=8 << 30, placement="packed")
+    with ascmem.Device("atlas-a3", memory=8 << 30) as d:
+        assert d.placement is None
