@@ -197,6 +197,16 @@ int ascm_pool_set_thread_caches(ascm_pool *p, int mode);
 /* Whether the pool's thread caches are on at this moment: ON, or AUTO once
  * two threads have met at its lock. */
 int ascm_pool_thread_caches_on(const ascm_pool *p);
+/* Where a paged pool places blocks of a granule or more.  GRANULES (a new
+ * pool's): by the granule rules, blocks aligned to granule boundaries and
+ * large ones from the top of their hole.  PACKED: at the low end of the hole
+ * best fit chose, end to end with the block below.  Neither maps fewer
+ * granules on every workload; ascmem.trace.choose_placement replays a
+ * recorded run under both (docs/ARCHITECTURE.md, Note [Packed placement]).
+ * It applies to the blocks placed from then on.  ASCM_ERR_INVAL for another
+ * value, or for PACKED on a pool that is not paged. */
+enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1 };
+int ascm_pool_set_placement(ascm_pool *p, int placement);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);
@@ -391,6 +401,10 @@ uint64_t ascm_device_trim(ascm_device *d);
  * but the media (DVPP) window's, those of chunks added later included;
  * ASCM_ERR_UNSUPPORTED on a paged device, ASCM_ERR_INVAL for an unknown mode. */
 int ascm_device_set_thread_caches(ascm_device *d, int mode);
+/* The placement (ascm_pool_set_placement) of every paged pool of the
+ * device, those of chunks added later included; ASCM_ERR_INVAL for an
+ * unknown value, or for PACKED on a device that is not paged. */
+int ascm_device_set_placement(ascm_device *d, int placement);
 /* A new chunk [base, base + size) for the kind (ranges must not overlap). */
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);
 /* Closes every chunk of the kind that holds no live block (after giving its

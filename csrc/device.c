@@ -48,6 +48,7 @@ static int make_pools(ascm_device *d) {
         int st = ascm_device_new_pool(d, k, d->base[k], d->size[k], &t->c[0].pool);
         if (st != ASCM_OK) return st;
         give_caches_mode(d, k, t->c[0].pool); /* a reset keeps the device's caches */
+        give_placement(d, t->c[0].pool);      /* and placement */
         t->c[0].base = d->base[k];
         t->c[0].size = d->size[k];
         t->n = 1;

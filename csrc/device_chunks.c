@@ -79,6 +79,24 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode) {
     return st;
 }
 
+/* A paged device's placement reaches each of its paged pools, those of
+ * chunks added later included (give_placement); the pools of kinds that are
+ * not paged have none.  chunks_lock before a pool's lock, as in
+ * ascm_device_release_empty. */
+int ascm_device_set_placement(ascm_device *d, int placement) {
+    if (placement != ASCM_PLACE_GRANULES && placement != ASCM_PLACE_PACKED) return ASCM_ERR_INVAL;
+    if (placement == ASCM_PLACE_PACKED && !d->paged) return ASCM_ERR_INVAL;
+    ascm_lock_acquire(&d->chunks_lock);
+    d->placement = placement;
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) /* ASCM_ERR_INVAL: a pool that is not paged */
+            (void)ascm_pool_set_placement(t->c[i].pool, placement);
+    }
+    ascm_lock_release(&d->chunks_lock);
+    return ASCM_OK;
+}
+
 uint64_t ascm_device_trim(ascm_device *d) {
     uint64_t released = 0;
     for (int k = 0; k < ASCM_KINDS; k++) {
@@ -112,6 +130,7 @@ int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size
         for (uint32_t i = 0; st == ASCM_OK && i < t->n; i++) /* ranges must not overlap */
             if (base < t->c[i].base + t->c[i].size && t->c[i].base < base + size) st = ASCM_ERR_INVAL;
         if (st == ASCM_OK) st = give_caches_mode(d, kind, pool); /* under the lock: the mode now */
+        if (st == ASCM_OK) give_placement(d, pool);
         if (st == ASCM_OK) {
             *fresh = *t;
             bury(d, grave, t, NULL);

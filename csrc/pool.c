@@ -44,7 +44,9 @@ static inline int mapped_first(const ascm_pool *p, uint64_t n) {
 /* Placement in a paged pool's regions (fit.c): a block of a quarter
  * granule or more, under a granule, of a size freed before goes first where
  * it maps no granule ("mapped granules first" in fit.c, which says why
- * sizes freed before; docs/ARCHITECTURE.md, Note [Mapped granules first]). */
+ * sizes freed before; docs/ARCHITECTURE.md, Note [Mapped granules first]).
+ * A packed pool (ascm_pool_set_placement) gives best fit no granule: every
+ * block at the low end of its hole, end to end with the block below it. */
 static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t requested, uint32_t *node) {
     uint64_t g = 1ull << (p->pshift - p->gshift);
     if (ASCM_UNLIKELY(mapped_first(p, n)) && align_units_for(p, align) == 1 &&
@@ -52,7 +54,7 @@ static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t request
         return ASCM_OK;
     return ascm_fit_take_in(&p->fit, n, align_units_for(p, align),
                             requested ? region_for(p, n) : 0, /* slabs: the first */
-                            requested ? g : 0, node);
+                            requested && !p->packed ? g : 0, node);
 }
 
 /* Sparing the end (fit.c): a large request of a contiguous pool spares the

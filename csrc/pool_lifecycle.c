@@ -164,6 +164,15 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
     return released;
 }
 
+int ascm_pool_set_placement(ascm_pool *p, int placement) {
+    if (placement != ASCM_PLACE_GRANULES && placement != ASCM_PLACE_PACKED) return ASCM_ERR_INVAL;
+    if (placement == ASCM_PLACE_PACKED && !p->paging) return ASCM_ERR_INVAL;
+    ascm_pool_lock(p);
+    p->packed = placement == ASCM_PLACE_PACKED;
+    ascm_pool_unlock(p);
+    return ASCM_OK;
+}
+
 void ascm_pool_detach_mapping(ascm_pool *p) {
     ascm_pool_lock(p);
     if (p->paging) p->paging->map = NULL;

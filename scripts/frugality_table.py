@@ -1,7 +1,9 @@
 """The frugality table of issue 42: per trace, the contiguous Pool against
 textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
-64 GiB, best fit + unmapping of fully free granules, torch_npu's expandable
+64 GiB, and with the placement chosen from the trace itself
+(ascmem.trace.choose_placement: "granules" or "packed", whichever maps less),
+best fit + unmapping of fully free granules, torch_npu's expandable
 segments (ascmem.torch_expandable: pages unmapped never -- only on the last
 retry before out-of-memory -- or eagerly, as soon as they are free), and the
 bound (peak live over the whole granules it needs).  Held-out traces (tests/data/heldout/,
@@ -32,7 +34,7 @@ HELDOUT = os.path.join(HERE, "..", "tests", "data", "heldout")
 SHARED = os.path.join(HERE, "..", "..", "..", "shared", "traces", "pipeline.csv.gz")
 GRANULES = ((2 << 20, "2M"), (64 << 10, "64K"))
 COLUMNS = ["pool", "bestfit", "bestfit-wilderness"] + [
-    f"paged{g}@{r}" for _, g in GRANULES for r in ("4x", "64G")] + [
+    f"paged{g}@{r}" for _, g in GRANULES for r in ("4x", "64G", "chosen")] + [
     f"bf+unmap{g}" for _, g in GRANULES] + ["expandable", "expandable-eager"] + [
     f"bound{g}" for _, g in GRANULES]
 
@@ -54,8 +56,10 @@ def row(t, resolution):
     for name in ("pool", "bestfit", "bestfit-wilderness"):
         r[name] = tr.efficiency(t, name, resolution)[0]
     for g, label in GRANULES:
-        for rng, size in (("4x", 4 * peak), ("64G", 64 << 30)):
-            r[f"paged{label}@{rng}"] = tr.physical_efficiency(t, g, range_size=size)[0]
+        figures = tr.placement_efficiencies(t, g, range_size=4 * peak)
+        r[f"paged{label}@4x"] = figures["granules"][0]
+        r[f"paged{label}@64G"] = tr.physical_efficiency(t, g, range_size=64 << 30)[0]
+        r[f"paged{label}@chosen"] = figures[tr.fewest_mapped(figures)][0]
         r[f"bf+unmap{label}"] = peak / bestfit_unmapped_peak(t, g)
         r[f"bound{label}"] = peak / (-(-peak // g) * g)
     r["expandable"] = tr.efficiency(t, "torch-expandable", resolution)[0]
@@ -79,6 +83,7 @@ def main(argv=None):
     resolution = (1 << 20) if args.quick else 64 << 10
     heads = ["pool", "bf", "bf-wild"] + [
         c.replace("paged", "pg").replace("bf+unmap", "bf+um").replace("expandable", "exp")
+        .replace("@chosen", "@run")
         for c in COLUMNS[3:]]
     print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
           f"{resolution >> 10} KiB) or peak mapped (paged); * held out")

@@ -634,6 +634,33 @@ static void test_paged_granule_placement(void) {
     ascm_pool_destroy(p);
 }
 
+/* Packed placement (ascm_pool_set_placement): blocks of 1.75 granules
+ * allocated in a row go end to end and share their edge granules (14
+ * granules for eight), where the granule rules start each on a boundary
+ * (16).  Only paged pools take it; other values are refused. */
+static void test_paged_packed_placement(void) {
+    const uint64_t G = 64u << 10, R1 = (1ull << 36) + (32u << 20);
+    for (int packed = 0; packed < 2; packed++) {
+        ascm_pool *p = granule_pool();
+        if (packed) CHECK(ascm_pool_set_placement(p, ASCM_PLACE_PACKED) == ASCM_OK);
+        for (uint64_t i = 0, a; i < 8; i++)
+            CHECK(ascm_pool_alloc(p, G * 7 / 4, 64, &a) == ASCM_OK &&
+                  a == R1 + i * (packed ? G * 7 / 4 : 2 * G));
+        ascm_stats st;
+        ascm_pool_stats(p, &st);
+        CHECK(st.mapped == (packed ? 14 : 16) * G);
+        POOL_OK(p);
+        CHECK(ascm_pool_set_placement(p, 2) == ASCM_ERR_INVAL);
+        ascm_pool_destroy(p);
+    }
+    ascm_pool *c;
+    ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &c) == ASCM_OK);
+    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_PACKED) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_GRANULES) == ASCM_OK);
+    ascm_pool_destroy(c);
+}
+
 static void test_pool_batch(void) {
     ascm_pool *p;
     ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
@@ -1571,6 +1598,7 @@ int main(void) {
         {"pool_refuses_wrapping_requests", test_pool_refuses_wrapping_requests},
         {"paged_regions", test_paged_regions},
         {"paged_granule_placement", test_paged_granule_placement},
+        {"paged_packed_placement", test_paged_packed_placement},
         {"paged_mapped_first", test_paged_mapped_first},
         {"pool_batch", test_pool_batch},
         {"exhaustion_soak", test_exhaustion_soak},

@@ -25,9 +25,11 @@ class Pool:
     granule: int
     release_threshold: int
     thread_caches: str
+    placement: Optional[str]
     def __init__(self, size: _Int, *, base: _Int = 0, min_block: _Int = 4096,
                  page_size: Optional[_Int] = None, granule: Optional[_Int] = None,
-                 release_threshold: _Int = 0, thread_caches: Optional[str] = None) -> None: ...
+                 release_threshold: _Int = 0, thread_caches: Optional[str] = None,
+                 placement: Optional[str] = None) -> None: ...
     def alloc(self, nbytes: _Int, align: _Int = 64) -> int: ...
     def free(self, addr: _Int) -> None: ...
     def usable_size(self, addr: _Int) -> int: ...
@@ -74,13 +76,15 @@ class Device:
     backend: str
     device_id: int
     thread_caches: str
+    placement: Optional[str]
     def __init__(self, model: Union[str, Profile] = "atlas-inference", *, mode: Optional[str] = None,
                  backend: str = "sim", device_id: _Int = 0, memory: Optional[_Int] = None,
                  free_os_memory: Optional[_Int] = None, aicpu_cache: Optional[_Int] = None,
                  host_memory: _Int = 4 << 30, limit: Optional[_Int] = None,
                  pool_sizes: Optional[Mapping[_Kind, _PoolSize]] = None,
                  acl_module: Any = None, paged: bool = False,
-                 release_threshold: _Int = 0, thread_caches: Optional[str] = None) -> None: ...
+                 release_threshold: _Int = 0, thread_caches: Optional[str] = None,
+                 placement: Optional[str] = None) -> None: ...
     # allocation and free (CANN's calls)
     def malloc(self, size: _Int, policy: _Int = 0, stream: _Stream = None,
                tag: Optional[object] = None) -> int: ...

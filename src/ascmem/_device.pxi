@@ -16,7 +16,7 @@
 
 @cython.final
 cdef class Device(_DeviceReadout):
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, thread_caches=None)
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, thread_caches=None, placement=None)
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -54,6 +54,10 @@ cdef class Device(_DeviceReadout):
     allocate without the GIL (the pluggable allocator, ``cimport``, the C
     API).  Statistics, ``check()`` and walks flush them first.  Not with
     ``paged``.  The default (None) is "auto", "off" with ``paged``.
+    ``placement``: with paged, where each kind's pools place blocks of a
+    granule or more, as ``Pool(placement=...)``: "granules" (the default) or
+    "packed" (``ascmem.trace.choose_placement`` picks one from a recorded
+    run).  Refused without paged.
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
@@ -61,8 +65,9 @@ cdef class Device(_DeviceReadout):
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
                   limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0,
-                  thread_caches=None):
+                  thread_caches=None, placement=None):
         self._d = NULL
+        placement = _placement_of(placement, paged, "give paged=True")
         thread_caches = _default_caches(thread_caches, paged)
         caches = _caches_mode(thread_caches)
         if paged and caches != ASCM_CACHES_OFF:
@@ -109,6 +114,9 @@ cdef class Device(_DeviceReadout):
         if ascm_device_set_thread_caches(self._d, caches) != ASCM_OK:
             raise InvalidArgumentError(f"thread_caches: {thread_caches!r}")  # refused above already
         self.thread_caches = thread_caches
+        if placement is not None:
+            ascm_device_set_placement(self._d, _PLACEMENTS[placement])
+        self.placement = placement
         _live_devices.add(self)
 
     def __reduce__(self):

@@ -34,6 +34,23 @@ cdef int _caches_mode(object name) except -1:
     raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {name!r}")
 
 
+cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_PACKED}
+
+
+cdef object _placement_of(object name, bint paged, str paged_by="give a granule"):
+    """The placement of a paged pool or device ("granules" when name is
+    None), or None for one that is not paged, which has no choice."""
+    if not paged:
+        if name is not None:
+            raise InvalidArgumentError(f"placement applies to paged pools: {paged_by}")
+        return None
+    if name is None:
+        return "granules"
+    if type(name) is str and name in _PLACEMENTS:
+        return name
+    raise InvalidArgumentError(f"placement must be 'granules' or 'packed', not {name!r}")
+
+
 cdef object _default_caches(object name, bint paged):
     """A thread_caches argument, its default (None) resolved: "auto", which
     costs a pool no thread ever shares nothing (caches come on only when two
@@ -46,7 +63,7 @@ cdef object _default_caches(object name, bint paged):
 
 @cython.final
 cdef class Pool:
-    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches=None)
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches=None, placement=None)
 --
 
     A pool over the address range [base, base + size): slabs for requests
@@ -62,6 +79,13 @@ cdef class Pool:
     ``stats()`` then has ``mapped``, ``peak_mapped``, ``map_calls`` and
     ``unmap_calls``; ``trim()`` unmaps the kept granules.
 
+    ``placement`` (paged pools): where blocks of a granule or more go.
+    "granules" (the default) aligns them to granule boundaries, the large
+    ones from the top of their hole; "packed" puts every block at the low end
+    of the hole best fit chose, end to end with the block below it.  Which
+    maps fewer granules depends on the workload:
+    ``ascmem.trace.choose_placement`` replays a recorded run under both.
+
     ``thread_caches`` ("off", "on" or "auto": from the first time two threads
     meet at the pool's lock) puts a cache of small blocks per thread in front
     of the lock, for callers that allocate without the GIL (``cimport``, the
@@ -71,7 +95,7 @@ cdef class Pool:
     """
 
     def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
-                  release_threshold=0, thread_caches=None):
+                  release_threshold=0, thread_caches=None, placement=None):
         cdef ascm_pool_config cfg
         memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
@@ -89,6 +113,7 @@ cdef class Pool:
                 raise InvalidArgumentError("granule must be a power of two, at least min_block")
         elif cfg.release_threshold:
             raise InvalidArgumentError("release_threshold applies to paged pools: give a granule")
+        placement = _placement_of(placement, cfg.paged)
         self._p = NULL
         cdef int st = ascm_pool_create(&cfg, &self._p)
         if st == ASCM_ERR_INVAL:
@@ -98,6 +123,9 @@ cdef class Pool:
         thread_caches = _default_caches(thread_caches, cfg.paged)
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
+        if placement is not None:
+            ascm_pool_set_placement(self._p, _PLACEMENTS[placement])
+        self.placement = placement
         self.base = cfg.base
         self.capacity = cfg.size
         self.min_block = cfg.min_block

@@ -304,11 +304,14 @@ def cmd_fit(args):
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
         with progress.step(f"paged {_kib(g)}", len(t)) as watch:
-            eff, mapped = tr.physical_efficiency(t, g, progress=watch)
+            figures = tr.placement_efficiencies(t, g, progress=watch)
+        eff, mapped = figures["granules"]
         # what no placement can beat: the peak's live bytes in whole granules
         bound = peak / (-(-peak // g) * g) if peak else 1.0
         paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff,
-                      "bound": bound})
+                      "bound": bound, "packed_peak_mapped": figures["packed"][1],
+                      "packed_efficiency": figures["packed"][0],
+                      "placement": tr.fewest_mapped(figures)})
     if args.json:
         return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
                              "resolution": args.resolution, "allocators": results,
@@ -324,6 +327,10 @@ def cmd_fit(args):
         print("physical: a virtual range mapped in granules only where live bytes are; bound: "
               "peak live over the whole granules it needs, which no placement beats")
         print(_table(rows, ("allocator", "peak mapped", "efficiency", "bound")))
+        print("placement packed (Pool(placement='packed'): every block end to end): " +
+              ", ".join(f"{_kib(p['granule'])} {p['packed_efficiency']:.3f}" for p in paged) +
+              "; maps less here: " +
+              ", ".join(f"{_kib(p['granule'])} {p['placement']}" for p in paged))
     _print_notes(t)
     return 0
 

@@ -694,26 +694,55 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None, progres
     return hi
 
 
-def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None):
+def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None, placement=None):
     """A paged Pool for replaying trace: a virtual range far larger than any
     placement of it needs (at least 64 GiB), or of range_size bytes, mapped
-    in granules."""
+    in granules, with the given placement (Pool's; None: "granules")."""
     import ascmem
     size = range_size or max(64 << 30, 16 * _a_trace(trace).peak_live())
     _bytes(granule, "granule", power_of_two=True)
     size = (size + granule - 1) // granule * granule
-    return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold)
+    return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold,
+                       placement=placement)
 
 
 def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=None,
-                        progress=None):
+                        progress=None, placement=None):
     """Peak live bytes / peak mapped bytes when a paged Pool with this granule
-    (and virtual range, see paged_pool) replays the trace: how much physical
-    memory a page-mapped pool needs against what the trace holds live at its
-    peak.  Returns (efficiency, peak mapped bytes)."""
-    pool = paged_pool(trace, granule, release_threshold, range_size)
+    (and virtual range and placement, see paged_pool) replays the trace: how
+    much physical memory a page-mapped pool needs against what the trace
+    holds live at its peak.  Returns (efficiency, peak mapped bytes)."""
+    pool = paged_pool(trace, granule, release_threshold, range_size, placement)
     report = replay(trace, pool, progress=progress)
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
+
+
+PLACEMENTS = ("granules", "packed")  # Pool's placement argument; the default first
+
+
+def placement_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
+                           progress=None):
+    """physical_efficiency under each paged placement: {placement: (efficiency,
+    peak mapped bytes)}, in the order of PLACEMENTS."""
+    return {p: physical_efficiency(trace, granule, release_threshold, range_size, progress, p)
+            for p in PLACEMENTS}
+
+
+def fewest_mapped(figures):
+    """The placement of placement_efficiencies' figures that maps the fewest
+    bytes at the peak; the default ("granules") on a tie."""
+    return min(figures, key=lambda p: figures[p][1])
+
+
+def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=None):
+    """The paged placement (Pool's placement argument) that maps the fewest
+    bytes at the peak when this recorded run replays, the default on a tie.
+    Neither wins on every workload (docs/ARCHITECTURE.md, Note [Packed
+    placement]); a workload that repeats its recorded run keeps the winner.
+    Returns (placement, efficiency, peak mapped bytes)."""
+    figures = placement_efficiencies(trace, granule, release_threshold, range_size)
+    best = fewest_mapped(figures)
+    return (best,) + figures[best]
 
 
 def efficiency(trace, allocator="pool", resolution=64 * 1024):
