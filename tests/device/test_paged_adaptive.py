@@ -1,0 +1,194 @@
+"""The adaptive release threshold of paged pools (csrc/paging.c, "how much
+is kept"; Pool/Device(release_threshold_max=...)): granules given back past
+the threshold and mapped again raise it, as glibc raises its mmap threshold
+when a program frees an mmapped chunk; kept granules a period of
+allocations did not need bring it back down to release_threshold."""
+import random
+
+import pytest
+
+import ascmem
+from ascmem.errors import InvalidArgumentError
+from conftest import MiB
+
+G = 64 << 10
+BASE = 1 << 32
+
+
+def pool(floor=4 * G, cap=32 * G):
+    return ascmem.Pool(64 * MiB, base=BASE, granule=G, release_threshold=floor,
+                       release_threshold_max=cap)
+
+
+def churn(p, size=16 * G):
+    """One step of a loop that allocates a large block and frees it."""
+    p.free(p.alloc(size))
+
+
+def test_memory_freed_and_asked_for_again_is_kept_from_then_on():
+    p = pool()
+    churn(p)                            # 16 granules mapped, 12 given back
+    assert p.stats()["mapped"] == 4 * G
+    churn(p)                            # the 12 are mapped again: the threshold takes them
+    s = p.stats()
+    assert s["release_threshold"] == 16 * G
+    assert s["mapped"] == 16 * G        # kept, whole
+    calls = s["map_calls"], s["unmap_calls"]
+    for _ in range(20):                 # many periods: each takes every kept granule
+        churn(p)
+    s = p.stats()
+    assert (s["map_calls"], s["unmap_calls"]) == calls
+    assert s["release_threshold"] == 16 * G
+    p.check()
+
+
+def test_a_fixed_threshold_maps_every_step():
+    p = ascmem.Pool(64 * MiB, base=BASE, granule=G, release_threshold=4 * G)
+    churn(p)
+    calls = p.stats()["map_calls"]
+    for _ in range(5):
+        churn(p)
+    s = p.stats()
+    assert s["map_calls"] == calls + 5 and s["mapped"] == 4 * G
+    assert s["release_threshold"] == 4 * G
+
+
+def test_memory_freed_once_is_given_back():
+    p = pool()
+    small = p.alloc(G)                  # the program goes on, with little
+    churn(p)
+    s = p.stats()
+    assert s["release_threshold"] == 4 * G
+    assert s["mapped"] == 4 * G + G     # the floor and `small`
+    p.free(small)
+    p.check()
+
+
+def test_the_threshold_stops_at_the_cap():
+    p = pool(cap=8 * G)
+    for _ in range(6):
+        churn(p)
+        assert p.stats()["mapped"] <= 8 * G
+        p.check()
+    assert p.stats()["release_threshold"] == 8 * G
+
+
+def test_kept_memory_a_smaller_working_set_does_not_need_goes_back():
+    p = pool()
+    churn(p)
+    churn(p)
+    assert p.stats()["mapped"] == 16 * G
+    for _ in range(64):                 # now the steps are 2 granules: 14 kept ones idle
+        churn(p, 2 * G)
+    s = p.stats()
+    assert s["release_threshold"] == 4 * G
+    assert s["mapped"] == 4 * G
+    calls = s["map_calls"], s["unmap_calls"]
+    for _ in range(10):                 # the floor holds the small step
+        churn(p, 2 * G)
+    assert (p.stats()["map_calls"], p.stats()["unmap_calls"]) == calls
+    p.check()
+
+
+def test_a_large_step_again_after_the_decay_raises_it_again():
+    p = pool()
+    churn(p)
+    churn(p)
+    for _ in range(64):
+        churn(p, 2 * G)
+    assert p.stats()["release_threshold"] == 4 * G
+    churn(p)
+    churn(p)
+    assert p.stats()["release_threshold"] == 16 * G
+    assert p.stats()["mapped"] == 16 * G
+
+
+def test_trim_gives_the_kept_back_and_reset_forgets_what_was_learnt():
+    p = pool()
+    churn(p)
+    churn(p)
+    assert p.trim() == 16 * G
+    assert p.stats()["mapped"] == 0
+    assert p.stats()["release_threshold"] == 16 * G  # trim is one call, not a new working set
+    churn(p)
+    assert p.stats()["mapped"] == 16 * G
+    p.reset()
+    assert p.stats()["release_threshold"] == 4 * G
+    churn(p)
+    assert p.stats()["mapped"] == 4 * G
+    p.check()
+
+
+def test_a_floor_of_zero_adapts_too():
+    p = pool(floor=0)
+    churn(p)
+    assert p.stats()["mapped"] == 0
+    churn(p)
+    assert p.stats()["mapped"] == 16 * G
+    for _ in range(64):
+        churn(p, 2 * G)
+    p.check()
+    assert p.stats()["release_threshold"] <= 2 * G
+
+
+def test_the_threshold_holds_whatever_the_order_of_frees():
+    rng = random.Random(5)
+    p = pool(floor=2 * G, cap=24 * G)
+    live = []
+    for i in range(6000):
+        if live and rng.random() < 0.5:
+            p.free(live.pop(rng.randrange(len(live))))
+        else:
+            live.append(p.alloc(rng.choice((rng.randrange(1, 5000), rng.randrange(G // 2, 12 * G)))))
+        if i % 97 == 0:
+            s = p.stats()
+            assert 2 * G <= s["release_threshold"] <= 24 * G
+            assert s["mapped"] - s["pages_in_use"] * G <= s["release_threshold"]
+            p.check()
+    for a in live:
+        p.free(a)
+    p.trim()
+    assert p.stats()["mapped"] == 0
+    p.check()
+
+
+@pytest.mark.parametrize("kw", [dict(release_threshold=8 * G, release_threshold_max=4 * G),
+                                dict(release_threshold_max=-1),
+                                dict(release_threshold_max="8")])
+def test_bad_caps_are_refused(kw):
+    with pytest.raises((InvalidArgumentError, TypeError, OverflowError, ValueError)):
+        ascmem.Pool(64 * MiB, base=BASE, granule=G, **kw)
+
+
+def test_a_cap_needs_a_paged_pool_or_device():
+    with pytest.raises(InvalidArgumentError, match="paged"):
+        ascmem.Pool(64 * MiB, base=BASE, release_threshold_max=8 * G)
+    with pytest.raises(InvalidArgumentError, match="paged"):
+        ascmem.Device("atlas-a2-training", memory=8 << 30, release_threshold_max=8 * MiB)
+    with pytest.raises(InvalidArgumentError, match="below"):
+        ascmem.Device("atlas-a2-training", memory=8 << 30, paged=True, release_threshold=8 * MiB,
+                      release_threshold_max=4 * MiB)
+
+
+@pytest.mark.parametrize("backend", ["sim", "host"])
+def test_a_paged_device_adapts_per_kind(backend):
+    d = ascmem.Device("atlas-a2-training", memory=8 << 30, backend=backend, paged=True,
+                      release_threshold=8 * MiB, release_threshold_max=256 * MiB)
+    try:
+        def step():
+            d.free(d.malloc(64 * MiB))
+
+        step()
+        assert d.stats()["huge"]["mapped"] == 8 * MiB
+        step()
+        s = d.stats()["huge"]
+        assert s["mapped"] >= 64 * MiB and s["release_threshold"] >= 64 * MiB
+        calls = s["map_calls"]
+        for _ in range(5):
+            step()
+        assert d.stats()["huge"]["map_calls"] == calls
+        d.check()
+        d.empty_cache()
+        assert d.stats()["huge"]["mapped"] == 0
+    finally:
+        d.close()
