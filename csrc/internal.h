@@ -412,6 +412,9 @@ typedef struct ascm_paging {
     uint64_t given_back; /* unmapped to honour the threshold, not mapped again since */
     uint64_t taken;      /* granules taken into use since the period began */
     uint64_t kept_low;   /* the fewest kept granules seen in the period */
+    uint64_t raised;     /* granules the threshold rose by in the period */
+    unsigned period_shift; /* a period takes threshold << period_shift into use */
+    unsigned suspect;    /* periods since one lowered the threshold, counted down */
     ascm_map_fn map;
     void *map_ctx;
     ascm_hbm kept;            /* granules mapped with no live byte, but for: */

@@ -27,6 +27,7 @@ int ascm_paging_init(ascm_paging *g, uint64_t npages, uint64_t base, unsigned ps
     g->base = base;
     g->pshift = pshift;
     g->threshold_pages = g->floor_pages = g->cap_pages = threshold >> pshift;
+    g->period_shift = 1; /* twice the threshold */
     g->map = map;
     g->map_ctx = map_ctx;
     return ascm_hbm_init(&g->kept, npages);
@@ -104,12 +105,17 @@ static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
  * Unlike glibc's threshold, this one also comes down.  A period lasts until
  * the pool has taken twice the threshold into use (twice what it gave back,
  * if more: the program's next step may be that large).  The fewest granules
- * kept at any moment of the period were not needed in it: the threshold
- * drops by that many (to the floor at most) and the kept granules past it,
- * the oldest first, are unmapped.  A working set that churns takes the kept
- * granules in every period and keeps them; one that shrank hands the rest
- * back within two of its own volumes of allocation.  Given-back granules
- * not mapped again within a period are forgotten.  There is no clock: it all
+ * kept at any moment of the period (kept_low) sat idle through it: the
+ * threshold drops by half of them (to the floor at most) and the kept
+ * granules past it, the oldest first, are unmapped; halving, because a
+ * granule idle at one moment may be the one another phase of the step
+ * needs.  A period that raised the threshold lowers nothing, and one that
+ * raises it within SUSPECT_PERIODS of a lowering makes periods twice as
+ * long (up to 64 thresholds): the lowering came from periods shorter than
+ * the program's step.  A working set that churns takes the kept granules in
+ * every period and keeps them; one that shrank hands the idle part back
+ * halving per period.  Given-back granules not mapped again within a period
+ * are forgotten.  There is no clock: it all
  * happens in acquire and release, under the pool's lock, so there is no
  * thread to survive fork() and nothing runs outside a call.  A program that
  * stops allocating keeps what is kept until trim() (torch: empty_cache()),
@@ -125,8 +131,20 @@ static inline void note_given_back(ascm_paging *g, uint64_t n) {
     if (adaptive(g)) g->given_back = min_u64(g->given_back + n, g->cap_pages);
 }
 
+#define PERIOD_SHIFT_MAX 6 /* periods of 64 thresholds at most */
+#define SUSPECT_PERIODS 4
+
 static void end_period(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
-    uint64_t idle = min_u64(g->kept_low, g->threshold_pages - g->floor_pages);
+    /* a period that had to raise the threshold was short of kept granules,
+     * even if some sat idle throughout (a fragmented kept set: the step's
+     * large blocks did not fit in them): it lowers nothing.  One that raises
+     * it soon after another lowered it shows the periods are shorter than
+     * the program's cycle (their fewest kept granules were not its peak's):
+     * periods become twice as long. */
+    if (g->raised && g->suspect && g->period_shift < PERIOD_SHIFT_MAX) g->period_shift++;
+    if (g->suspect) g->suspect--;
+    uint64_t idle = g->raised ? 0 : min_u64(g->kept_low / 2, g->threshold_pages - g->floor_pages);
+    if (idle) g->suspect = SUSPECT_PERIODS;
     g->threshold_pages -= idle;
     g->given_back = 0;
     if (g->kept_count > g->threshold_pages) {
@@ -134,7 +152,7 @@ static void end_period(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
         evict_kept(g, charge, ctx, over);
         g->given_back = over; /* if the program asks for them again, it needed them */
     }
-    g->taken = 0;
+    g->taken = g->raised = 0;
     g->kept_low = g->kept_count;
 }
 
@@ -143,12 +161,13 @@ static void adapt(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t tak
     uint64_t again = min_u64(fresh, g->given_back);
     if (again) {
         g->given_back -= again;
+        g->raised += again;
         g->threshold_pages = min_u64(g->threshold_pages + again, g->cap_pages);
     }
     if (g->kept_count < g->kept_low) g->kept_low = g->kept_count;
     g->taken += taken;
     uint64_t span = g->threshold_pages > g->given_back ? g->threshold_pages : g->given_back;
-    if (g->taken >= 2 * span) end_period(g, charge, ctx);
+    if (g->taken >= span << g->period_shift) end_period(g, charge, ctx);
 }
 
 int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,
@@ -284,7 +303,7 @@ void ascm_paging_set_cap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint6
     if (g->threshold_pages > g->cap_pages) g->threshold_pages = g->cap_pages;
     if (g->kept_count > g->threshold_pages) evict_kept(g, charge, ctx, g->kept_count - g->threshold_pages);
     g->given_back = min_u64(g->given_back, g->cap_pages);
-    if (!adaptive(g)) g->given_back = g->taken = g->kept_low = 0;
+    if (!adaptive(g)) g->given_back = g->taken = g->kept_low = g->raised = 0;
 }
 
 void ascm_paging_unmap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
@@ -315,7 +334,9 @@ void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_
     forget_runs(g);
     /* a reset pool is a new one: what it learnt is forgotten */
     g->threshold_pages = g->floor_pages;
-    g->given_back = g->taken = g->kept_low = 0;
+    g->given_back = g->taken = g->kept_low = g->raised = 0;
+    g->period_shift = 1;
+    g->suspect = 0;
 }
 
 int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen) {
