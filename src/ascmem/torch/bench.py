@@ -202,7 +202,8 @@ def table(res):
                      f"{r['torch_idle_rss_mib']:>11.0f} MiB {r['ascmem_idle_rss_mib']:>4.0f} MiB")
     lines.append("ratio, cpu: median over paired steps of ascmem's wall time / torch's and of its CPU "
                  "time / torch's (below 1: ascmem faster); faults: page faults per step (a huge page "
-                 "is one); RSS: the whole process's")
+                 "is one); RSS: the whole process's; free_1GiB_once: one step in a fresh process "
+                 "for each, no pairs")
     return "\n".join(lines)
 
 
