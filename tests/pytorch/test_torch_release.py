@@ -28,6 +28,9 @@ def test_rss_after_freeing_1GiB_once_is_within_64MiB_of_torchs():
 
 
 def test_a_repeated_1GiB_step_maps_nothing_after_its_second_time():
+    import ascmem.torch as at
+    if at.RELEASE_THRESHOLD_MAX < 1100 * MiB:  # an eighth of the machine: 9 GiB of memory or more
+        pytest.skip(f"the default Device keeps at most {at.RELEASE_THRESHOLD_MAX // MiB} MiB per kind here")
     r = run_child("""
         import json
         import ascmem.torch as at
