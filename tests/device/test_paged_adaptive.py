@@ -195,3 +195,28 @@ def test_a_paged_device_adapts_per_kind(backend):
         assert d.stats()["huge"]["mapped"] == 0
     finally:
         d.close()
+
+
+def test_an_acl_device_unmaps_what_the_decay_lowers_during_an_allocation():
+    """The lowering happens inside an allocation (paging.c, end_period): on
+    the acl backend its unmaps are queued by the map hook and applied after
+    the call, as a free's are; the runtime's mappings follow the counts."""
+    import fake_acl
+    acl = fake_acl.make()
+    d = ascmem.Device("atlas-a2-training", backend="acl", acl_module=acl, paged=True,
+                      release_threshold=8 * MiB, release_threshold_max=256 * MiB)
+    try:
+        for _ in range(3):
+            d.free(d.malloc(64 * MiB, ascmem.Policy.HUGE_ONLY))
+        kept = d.stats()["huge"]["mapped"]
+        assert kept >= 64 * MiB
+        assert len(acl.mapped) * 2 * MiB == kept + d.stats()["normal"]["mapped"]
+        for _ in range(200):  # small steps: the kept 64 MiB sit idle
+            d.free(d.malloc(2 * MiB, ascmem.Policy.HUGE_ONLY))
+        s = d.stats()
+        assert s["huge"]["mapped"] <= 16 * MiB
+        assert len(acl.mapped) * 2 * MiB == s["huge"]["mapped"] + s["normal"]["mapped"]
+        d.check()
+    finally:
+        d.close()
+    assert not acl.mapped and not acl.reserved
