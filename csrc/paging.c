@@ -2,7 +2,8 @@
  * in granules (the pool's pages) only where live blocks are.  A granule is
  * mapped when its first live byte arrives and unmapped when its last one
  * leaves, except that up to a release threshold of mapped free granules are
- * kept for reuse (CANN's memory pools keep the same threshold).
+ * kept for reuse (CANN's memory pools keep the same threshold); with a cap,
+ * the threshold adapts ("how much is kept", below).
  *
  * The pool tells which granules change state (page_take / page_give in
  * pool_internal.h give the contiguous run of pages that gained their first
@@ -111,8 +112,8 @@ static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
  * granule idle at one moment may be the one another phase of the step
  * needs.  A period that raised the threshold lowers nothing, and one that
  * raises it within SUSPECT_PERIODS of a lowering makes periods twice as
- * long (up to 64 thresholds): the lowering came from periods shorter than
- * the program's step.  A working set that churns takes the kept granules in
+ * long (up to 64 thresholds; they never shorten again but at reset()): the
+ * lowering came from periods shorter than the program's step.  A working set that churns takes the kept granules in
  * every period and keeps them; one that shrank hands the idle part back
  * halving per period.  Given-back granules not mapped again within a period
  * are forgotten.  There is no clock: it all
