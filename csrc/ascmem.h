@@ -150,6 +150,15 @@ void ascm_pool_reset(ascm_pool *p);
  * their pages to the budget), and unmaps a paged pool's kept granules;
  * returns the bytes released. */
 uint64_t ascm_pool_trim(ascm_pool *p);
+/* Paged pools: the release threshold adapts between release_threshold (the
+ * floor) and cap bytes, as glibc's mmap threshold does (paging.c, "how much
+ * is kept"): granules given back past it and mapped again raise it, kept
+ * granules a period of allocation did not need lower it.  A cap at or below
+ * the floor fixes it at the floor (the default).  Kept granules past a lower
+ * cap are unmapped.  ASCM_ERR_INVAL: not a paged pool. */
+int ascm_pool_set_release_cap(ascm_pool *p, uint64_t cap);
+/* Paged pools: bytes of free granules kept mapped at most now (0 for others). */
+uint64_t ascm_pool_release_threshold(ascm_pool *p);
 void ascm_pool_reset_peaks(ascm_pool *p);
 /* The usable size a request of size bytes at align would get (0: never). */
 uint64_t ascm_pool_usable_for(const ascm_pool *p, uint64_t size, uint64_t align);
@@ -317,6 +326,9 @@ typedef struct ascm_device_config {
     /* Non-zero (RC mode): host memory is the device's normal memory, charged
      * to the budget and sized as aclrtMalloc's pieces are. */
     int host_is_device;
+    /* paged kinds: above release_threshold, the threshold adapts up to this
+     * many bytes (ascm_pool_set_release_cap); 0 keeps it fixed */
+    uint64_t release_threshold_max;
 } ascm_device_config;
 
 #define ASCM_MAX_CHUNKS 64 /* chunks a kind holds at once */
@@ -388,6 +400,9 @@ uint64_t ascm_device_generation(const ascm_device *d, int kind);
 /* Statistics of a kind summed over its chunks (peaks: exact with one chunk,
  * else the sum of the chunks' peaks, an upper bound). */
 void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out);
+/* Paged kinds: bytes of free granules the kind's pools keep mapped at most
+ * now (their release thresholds, summed over chunks); 0 for others. */
+uint64_t ascm_device_kind_release_threshold(ascm_device *d, int kind);
 void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx);
 /* Asked, with no lock held and outside the gate, to give chunks that hold no
  * live block back to their upstream (torch's empty_cache through the

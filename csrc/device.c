@@ -30,12 +30,17 @@ int ascm_device_new_pool(ascm_device *d, int k, uint64_t base, uint64_t size, as
     }
     /* host memory is not charged to the device, but in RC mode it is the
      * device's (normal pages: see route()) */
+    int st;
     if (ascm_kind(k)->device || (k == ASCM_KIND_HOST && d->host_is_device)) {
         pc.charge = ascm_device_charge;
         pc.charge_ctx = &d->ctx[k];
-        return ascm_pool_create_shared(&pc, &d->lock, out);
+        st = ascm_pool_create_shared(&pc, &d->lock, out);
+    } else {
+        st = ascm_pool_create(&pc, out);
     }
-    return ascm_pool_create(&pc, out);
+    if (st == ASCM_OK && pc.paged && d->release_threshold_max) /* nothing kept yet: nothing to unmap */
+        ascm_pool_set_release_cap(*out, d->release_threshold_max);
+    return st;
 }
 
 static int make_pools(ascm_device *d) {
@@ -98,6 +103,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     d->granule_min = cfg->granule_min;
     d->host_is_device = cfg->host_is_device != 0;
     d->release_threshold = cfg->release_threshold;
+    d->release_threshold_max = cfg->release_threshold_max;
     for (int k = 0; k < ASCM_KINDS; k++) {
         d->base[k] = cfg->base[k];
         d->size[k] = cfg->size[k];

@@ -199,6 +199,13 @@ int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_
     return st;
 }
 
+uint64_t ascm_device_kind_release_threshold(ascm_device *d, int kind) {
+    chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; t && i < t->n; i++) bytes += ascm_pool_release_threshold(t->c[i].pool);
+    return bytes;
+}
+
 void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out) {
     memset(out, 0, sizeof *out);
     chunk_table *t = kind >= 0 && kind < ASCM_KINDS ? table_of(d, kind) : NULL;

@@ -65,7 +65,7 @@ struct ascm_device {
     void *map_ctx;
     uint64_t granule_min;
     int host_is_device; /* RC mode: aclrtMallocHost is device memory (route, new_pool: device.c) */
-    uint64_t release_threshold;
+    uint64_t release_threshold, release_threshold_max;
     int caches_mode;      /* ASCM_CACHES_* of every pool, under chunks_lock (device_chunks.c) */
     int placement;        /* ASCM_PLACE_* of its paged pools, under chunks_lock (device_chunks.c) */
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */

@@ -405,7 +405,16 @@ static inline int ascm_slab_class_of(uint64_t size, uint64_t align) {
 typedef struct ascm_paging {
     uint64_t base;
     unsigned pshift;
-    uint64_t threshold_pages; /* free granules kept mapped, at most */
+    uint64_t threshold_pages; /* free granules kept mapped, at most, now */
+    /* the adaptive threshold (paging.c, "how much is kept"): it moves
+     * between floor and cap; cap == floor keeps it fixed */
+    uint64_t floor_pages, cap_pages;
+    uint64_t given_back; /* unmapped to honour the threshold, not mapped again since */
+    uint64_t taken;      /* granules taken into use since the period began */
+    uint64_t kept_low;   /* the fewest kept granules seen in the period */
+    uint64_t raised;     /* granules the threshold rose by in the period */
+    unsigned period_shift; /* a period takes threshold << period_shift into use */
+    unsigned suspect;    /* periods since one lowered the threshold, counted down */
     ascm_map_fn map;
     void *map_ctx;
     ascm_hbm kept;            /* granules mapped with no live byte, but for: */
@@ -422,6 +431,10 @@ typedef struct ascm_paging {
 int ascm_paging_init(ascm_paging *g, uint64_t npages, uint64_t base, unsigned pshift,
                      uint64_t threshold, ascm_map_fn map, void *map_ctx);
 void ascm_paging_destroy(ascm_paging *g);
+/* The threshold adapts between the one given at init and cap bytes (at
+ * least that one; the same: fixed); kept granules past a lower cap are
+ * unmapped. */
+void ascm_paging_set_cap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t cap);
 /* Granules [lo, hi) gained their first live byte (in_use: granules with a
  * live byte, these included): maps the ones not kept and charges them. */
 int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,

@@ -2,7 +2,8 @@
  * in granules (the pool's pages) only where live blocks are.  A granule is
  * mapped when its first live byte arrives and unmapped when its last one
  * leaves, except that up to a release threshold of mapped free granules are
- * kept for reuse (CANN's memory pools keep the same threshold).
+ * kept for reuse (CANN's memory pools keep the same threshold); with a cap,
+ * the threshold adapts ("how much is kept", below).
  *
  * The pool tells which granules change state (page_take / page_give in
  * pool_internal.h give the contiguous run of pages that gained their first
@@ -26,13 +27,16 @@ int ascm_paging_init(ascm_paging *g, uint64_t npages, uint64_t base, unsigned ps
     memset(g, 0, sizeof *g);
     g->base = base;
     g->pshift = pshift;
-    g->threshold_pages = threshold >> pshift;
+    g->threshold_pages = g->floor_pages = g->cap_pages = threshold >> pshift;
+    g->period_shift = 1; /* twice the threshold */
     g->map = map;
     g->map_ctx = map_ctx;
     return ascm_hbm_init(&g->kept, npages);
 }
 
 void ascm_paging_destroy(ascm_paging *g) { ascm_hbm_destroy(&g->kept); }
+
+static inline int adaptive(const ascm_paging *g) { return g->cap_pages > g->floor_pages; }
 
 static int call_map(ascm_paging *g, uint64_t lo, uint64_t hi, int map) {
     if (map) g->map_calls++;
@@ -86,6 +90,87 @@ static int64_t map_unkept(ascm_paging *g, uint64_t lo, uint64_t hi) {
     return (int64_t)mapped;
 }
 
+/* ---- how much is kept: the threshold adapts ---------------------------------
+ * glibc's malloc is the model (malloc/malloc.c, free(): freeing an mmapped
+ * chunk raises mp_.mmap_threshold to the chunk's size, up to
+ * DEFAULT_MMAP_THRESHOLD_MAX, and trim_threshold to twice that): memory a
+ * program gave back and then asks for again belongs to its working set, and
+ * from then on memory of that size is kept rather than given back.  Here the
+ * granules a release unmapped to honour the threshold (given_back) and that
+ * are mapped again later raise the threshold by as many, up to the cap.  A
+ * program that frees 1 GiB once gives it back beyond the floor; one that
+ * allocates and frees it every step maps it on its first two steps only.
+ * Granules are counted, not addresses: the cost of giving back is the map
+ * and the page faults that follow, whichever granules they land on.
+ *
+ * Unlike glibc's threshold, this one also comes down.  A period lasts until
+ * the pool has taken twice the threshold into use (twice what it gave back,
+ * if more: the program's next step may be that large).  The fewest granules
+ * kept at any moment of the period (kept_low) sat idle through it: the
+ * threshold drops by half of them (to the floor at most) and the kept
+ * granules past it, the oldest first, are unmapped; halving, because a
+ * granule idle at one moment may be the one another phase of the step
+ * needs.  A period that raised the threshold lowers nothing, and one that
+ * raises it within SUSPECT_PERIODS of a lowering makes periods twice as
+ * long (up to 64 thresholds; they never shorten again but at reset()): the
+ * lowering came from periods shorter than the program's step.  A working set that churns takes the kept granules in
+ * every period and keeps them; one that shrank hands the idle part back
+ * halving per period.  Given-back granules not mapped again within a period
+ * are forgotten.  There is no clock: it all
+ * happens in acquire and release, under the pool's lock, so there is no
+ * thread to survive fork() and nothing runs outside a call.  A program that
+ * stops allocating keeps what is kept until trim() (torch: empty_cache()),
+ * as glibc's heap keeps its free chunks until malloc_trim(). */
+
+static void evict_kept(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t want);
+
+static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Counts granules unmapped to honour the threshold (never more than the cap:
+ * they could not raise it further). */
+static inline void note_given_back(ascm_paging *g, uint64_t n) {
+    if (adaptive(g)) g->given_back = min_u64(g->given_back + n, g->cap_pages);
+}
+
+#define PERIOD_SHIFT_MAX 6 /* periods of 64 thresholds at most */
+#define SUSPECT_PERIODS 4
+
+static void end_period(ascm_paging *g, ascm_charge_fn charge, void *ctx) {
+    /* a period that had to raise the threshold was short of kept granules,
+     * even if some sat idle throughout (a fragmented kept set: the step's
+     * large blocks did not fit in them): it lowers nothing.  One that raises
+     * it soon after another lowered it shows the periods are shorter than
+     * the program's cycle (their fewest kept granules were not its peak's):
+     * periods become twice as long. */
+    if (g->raised && g->suspect && g->period_shift < PERIOD_SHIFT_MAX) g->period_shift++;
+    if (g->suspect) g->suspect--;
+    uint64_t idle = g->raised ? 0 : min_u64(g->kept_low / 2, g->threshold_pages - g->floor_pages);
+    if (idle) g->suspect = SUSPECT_PERIODS;
+    g->threshold_pages -= idle;
+    g->given_back = 0;
+    if (g->kept_count > g->threshold_pages) {
+        uint64_t over = g->kept_count - g->threshold_pages;
+        evict_kept(g, charge, ctx, over);
+        g->given_back = over; /* if the program asks for them again, it needed them */
+    }
+    g->taken = g->raised = 0;
+    g->kept_low = g->kept_count;
+}
+
+/* After an acquire of `taken` granules, `fresh` of them newly mapped. */
+static void adapt(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t taken, uint64_t fresh) {
+    uint64_t again = min_u64(fresh, g->given_back);
+    if (again) {
+        g->given_back -= again;
+        g->raised += again;
+        g->threshold_pages = min_u64(g->threshold_pages + again, g->cap_pages);
+    }
+    if (g->kept_count < g->kept_low) g->kept_low = g->kept_count;
+    g->taken += taken;
+    uint64_t span = g->threshold_pages > g->given_back ? g->threshold_pages : g->given_back;
+    if (g->taken >= span << g->period_shift) end_period(g, charge, ctx);
+}
+
 int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi,
                         uint64_t in_use) {
     /* the pending run counts as kept here when [lo, hi) holds all of it; a
@@ -114,6 +199,7 @@ int ascm_paging_acquire(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64
     g->kept_count -= kept;
     /* in_use already counts [lo, hi) */
     if (in_use + g->kept_count > g->peak_mapped) g->peak_mapped = in_use + g->kept_count;
+    if (adaptive(g)) adapt(g, charge, ctx, hi - lo, fresh);
     return ASCM_OK;
 }
 
@@ -195,7 +281,10 @@ static void forget_runs(ascm_paging *g) { g->runs_head = g->runs_count = 0; }
 void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
     uint64_t keep = hi - lo < g->threshold_pages ? hi - lo : g->threshold_pages;
     uint64_t room = g->threshold_pages > g->kept_count ? g->threshold_pages - g->kept_count : 0;
-    if (keep > room) evict_kept(g, charge, ctx, keep - room);
+    if (keep > room) {
+        evict_kept(g, charge, ctx, keep - room);
+        note_given_back(g, keep - room);
+    }
     if (keep) {
         flush_pending(g);
         g->pend_lo = lo;
@@ -203,7 +292,19 @@ void ascm_paging_release(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint6
         push_run(g, lo, lo + keep);
     }
     g->kept_count += keep;
-    if (lo + keep < hi) unmap_run(g, charge, ctx, lo + keep, hi);
+    if (lo + keep < hi) {
+        unmap_run(g, charge, ctx, lo + keep, hi);
+        note_given_back(g, hi - lo - keep);
+    }
+}
+
+void ascm_paging_set_cap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t cap) {
+    uint64_t pages = cap >> g->pshift;
+    g->cap_pages = pages > g->floor_pages ? pages : g->floor_pages;
+    if (g->threshold_pages > g->cap_pages) g->threshold_pages = g->cap_pages;
+    if (g->kept_count > g->threshold_pages) evict_kept(g, charge, ctx, g->kept_count - g->threshold_pages);
+    g->given_back = min_u64(g->given_back, g->cap_pages);
+    if (!adaptive(g)) g->given_back = g->taken = g->kept_low = g->raised = 0;
 }
 
 void ascm_paging_unmap(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_t lo, uint64_t hi) {
@@ -232,6 +333,11 @@ void ascm_paging_reset(ascm_paging *g, ascm_charge_fn charge, void *ctx, uint64_
     g->pend_lo = g->pend_hi = 0;
     g->kept_count = 0;
     forget_runs(g);
+    /* a reset pool is a new one: what it learnt is forgotten */
+    g->threshold_pages = g->floor_pages;
+    g->given_back = g->taken = g->kept_low = g->raised = 0;
+    g->period_shift = 1;
+    g->suspect = 0;
 }
 
 int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg, size_t msglen) {
@@ -250,5 +356,7 @@ int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg,
     }
     if (kept != g->kept_count) return ascm_fail(msg, msglen, "kept granule count is wrong");
     if (kept > g->threshold_pages) return ascm_fail(msg, msglen, "more granules kept than the threshold");
+    if (g->threshold_pages < g->floor_pages || g->threshold_pages > g->cap_pages)
+        return ascm_fail(msg, msglen, "the release threshold is outside its floor and cap");
     return ascm_hbm_check(&g->kept, msg, msglen);
 }

@@ -173,6 +173,22 @@ int ascm_pool_set_placement(ascm_pool *p, int placement) {
     return ASCM_OK;
 }
 
+int ascm_pool_set_release_cap(ascm_pool *p, uint64_t cap) {
+    if (!p->paging) return ASCM_ERR_INVAL;
+    int whole = ascm_pool_lock_whole(p);
+    ascm_paging_set_cap(p->paging, p->charge, p->charge_ctx, cap);
+    ascm_pool_unlock_whole(p, whole);
+    return ASCM_OK;
+}
+
+uint64_t ascm_pool_release_threshold(ascm_pool *p) {
+    if (!p->paging) return 0;
+    ascm_pool_lock(p);
+    uint64_t bytes = p->paging->threshold_pages << p->pshift;
+    ascm_pool_unlock(p);
+    return bytes;
+}
+
 void ascm_pool_detach_mapping(ascm_pool *p) {
     ascm_pool_lock(p);
     if (p->paging) p->paging->map = NULL;

@@ -68,6 +68,8 @@ cdef extern from "ascmem.h" nogil:
     uint64_t ascm_pool_used(ascm_pool *p)
     void ascm_pool_reset(ascm_pool *p)
     uint64_t ascm_pool_trim(ascm_pool *p)
+    int ascm_pool_set_release_cap(ascm_pool *p, uint64_t cap)
+    uint64_t ascm_pool_release_threshold(ascm_pool *p)
     int ascm_pool_check(ascm_pool *p, char *msg, size_t msglen)
     int ascm_pool_contains(const ascm_pool *p, uint64_t addr)
     void ascm_pool_walk(ascm_pool *p, ascm_block_fn fn, void *ctx)
@@ -133,6 +135,7 @@ cdef extern from "ascmem.h" nogil:
         uint64_t release_threshold
         uint64_t granule_min
         int host_is_device
+        uint64_t release_threshold_max
     ctypedef struct ascm_device:
         pass
     enum:
@@ -185,6 +188,7 @@ cdef extern from "ascmem.h" nogil:
     ascm_pool *ascm_device_chunk(ascm_device *d, int kind, int i, uint64_t *base, uint64_t *size)
     uint64_t ascm_device_generation(const ascm_device *d, int kind)
     void ascm_device_kind_stats(ascm_device *d, int kind, ascm_stats *out)
+    uint64_t ascm_device_kind_release_threshold(ascm_device *d, int kind)
     void ascm_device_set_grow(ascm_device *d, ascm_grow_fn fn, void *ctx)
     int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size)
     int ascm_device_release_empty(ascm_device *d, int kind, uint64_t *bases, uint64_t *sizes,

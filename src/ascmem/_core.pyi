@@ -28,7 +28,8 @@ class Pool:
     placement: Optional[str]
     def __init__(self, size: _Int, *, base: _Int = 0, min_block: _Int = 4096,
                  page_size: Optional[_Int] = None, granule: Optional[_Int] = None,
-                 release_threshold: _Int = 0, thread_caches: Optional[str] = None,
+                 release_threshold: _Int = 0, release_threshold_max: Optional[_Int] = None,
+                 thread_caches: Optional[str] = None,
                  placement: Optional[str] = None) -> None: ...
     def alloc(self, nbytes: _Int, align: _Int = 64) -> int: ...
     def free(self, addr: _Int) -> None: ...
@@ -83,7 +84,8 @@ class Device:
                  host_memory: _Int = 4 << 30, limit: Optional[_Int] = None,
                  pool_sizes: Optional[Mapping[_Kind, _PoolSize]] = None,
                  acl_module: Any = None, paged: bool = False,
-                 release_threshold: _Int = 0, thread_caches: Optional[str] = None,
+                 release_threshold: _Int = 0, release_threshold_max: Optional[_Int] = None,
+                 thread_caches: Optional[str] = None,
                  placement: Optional[str] = None) -> None: ...
     # allocation and free (CANN's calls)
     def malloc(self, size: _Int, policy: _Int = 0, stream: _Stream = None,

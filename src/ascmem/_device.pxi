@@ -16,7 +16,7 @@
 
 @cython.final
 cdef class Device(_DeviceReadout):
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, thread_caches=None, placement=None)
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None)
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -48,6 +48,12 @@ cdef class Device(_DeviceReadout):
     ``release_threshold``: with paged, bytes of free granules each kind keeps
     mapped for reuse (trimmed by empty_cache()); 0 (the default) keeps none,
     spare slabs included.  Refused without paged.
+    ``release_threshold_max``: with paged, the threshold adapts between
+    ``release_threshold`` and this many bytes per kind, as
+    ``Pool(release_threshold_max=...)``: memory given back and mapped again
+    soon after raises it, kept memory a period of allocations did not need
+    lowers it.  None (the default): fixed.  ``stats()[kind]['release_threshold']``
+    is the threshold now.
     ``thread_caches``: "off", "on" or "auto" (from the first time two threads
     meet at a pool's lock): a cache of small blocks per thread in front of
     each kind's pools but the media window's, as ``Pool(thread_caches=...)``, for callers that
@@ -65,7 +71,7 @@ cdef class Device(_DeviceReadout):
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
                   limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0,
-                  thread_caches=None, placement=None):
+                  release_threshold_max=None, thread_caches=None, placement=None):
         self._d = NULL
         placement = _placement_of(placement, paged, "give paged=True")
         thread_caches = _default_caches(thread_caches, paged)
@@ -103,6 +109,8 @@ cdef class Device(_DeviceReadout):
         if threshold and not paged:
             raise InvalidArgumentError("release_threshold applies to paged devices: give "
                                        "paged=True")
+        cfg.release_threshold_max = _release_cap(release_threshold_max, threshold, paged,
+                                                 "devices: give paged=True")
         if paged:
             _paged_config(&cfg, self, parts, threshold)
         parts.growth.configure(&cfg)  # takes the first chunks

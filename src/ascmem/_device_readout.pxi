@@ -170,7 +170,8 @@ cdef class _DeviceReadout:
                 d = _stats_dict(&s)
                 if parts.paged and ascm_kind(k).freed_by == ASCM_FREE_DEVICE:
                     d.update(mapped=s.mapped, peak_mapped=s.peak_mapped, map_calls=s.map_calls,
-                             unmap_calls=s.unmap_calls)
+                             unmap_calls=s.unmap_calls,
+                             release_threshold=ascm_device_kind_release_threshold(self._d, k))
                 d["chunks"] = ascm_device_chunk_count(self._d, k)
                 d.update(parts.growth.kind_stats(k))
                 out[MemKind(k).name.lower()] = d

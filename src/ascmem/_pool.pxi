@@ -61,9 +61,22 @@ cdef object _default_caches(object name, bint paged):
     return name
 
 
+cdef uint64_t _release_cap(object value, uint64_t threshold, bint paged, str what) except? 0:
+    """release_threshold_max checked: 0 for None (a fixed threshold)."""
+    if value is None:
+        return 0
+    cdef uint64_t cap = as_u64(value, "release_threshold_max")
+    if not paged:
+        raise InvalidArgumentError(f"release_threshold_max applies to paged {what}")
+    if cap < threshold:
+        raise InvalidArgumentError(f"release_threshold_max {cap} is below release_threshold "
+                                   f"{threshold}: the threshold adapts between the two")
+    return cap
+
+
 @cython.final
 cdef class Pool:
-    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, thread_caches=None, placement=None)
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None)
 --
 
     A pool over the address range [base, base + size): slabs for requests
@@ -76,8 +89,16 @@ cdef class Pool:
     paged: its range is virtual and physical memory is counted as mapped in
     granules, from a granule's first live byte to its last; up to
     ``release_threshold`` bytes of free granules stay mapped for reuse.
-    ``stats()`` then has ``mapped``, ``peak_mapped``, ``map_calls`` and
-    ``unmap_calls``; ``trim()`` unmaps the kept granules.
+    ``stats()`` then has ``mapped``, ``peak_mapped``, ``map_calls``,
+    ``unmap_calls`` and ``release_threshold`` (the threshold now);
+    ``trim()`` unmaps the kept granules.
+
+    ``release_threshold_max`` (paged pools; at least ``release_threshold``)
+    makes the threshold adaptive, as glibc's mmap threshold is: granules
+    given back past it and mapped again soon after raise it, up to this
+    many bytes; kept granules that a period of allocations (twice the
+    threshold taken into use) did not need bring it back down, to
+    ``release_threshold`` at least.  None (the default): fixed.
 
     ``placement`` (paged pools): where blocks of a granule or more go.
     "granules" (the default) aligns them to granule boundaries, the large
@@ -95,7 +116,7 @@ cdef class Pool:
     """
 
     def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
-                  release_threshold=0, thread_caches=None, placement=None):
+                  release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None):
         cdef ascm_pool_config cfg
         memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
@@ -113,6 +134,8 @@ cdef class Pool:
                 raise InvalidArgumentError("granule must be a power of two, at least min_block")
         elif cfg.release_threshold:
             raise InvalidArgumentError("release_threshold applies to paged pools: give a granule")
+        cdef uint64_t cap = _release_cap(release_threshold_max, cfg.release_threshold, cfg.paged,
+                                         "pools: give a granule")
         placement = _placement_of(placement, cfg.paged)
         self._p = NULL
         cdef int st = ascm_pool_create(&cfg, &self._p)
@@ -120,6 +143,8 @@ cdef class Pool:
             raise InvalidArgumentError(f"bad pool: {_pool_config_problem(&cfg)}")
         if st != ASCM_OK:
             raise OutOfMemoryError("host memory for the pool's metadata ran out")
+        if cap:
+            ascm_pool_set_release_cap(self._p, cap)
         thread_caches = _default_caches(thread_caches, cfg.paged)
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
@@ -235,7 +260,7 @@ cdef class Pool:
         d = _stats_dict(&s)
         if self.granule:
             d.update(mapped=s.mapped, peak_mapped=s.peak_mapped, map_calls=s.map_calls,
-                     unmap_calls=s.unmap_calls)
+                     unmap_calls=s.unmap_calls, release_threshold=ascm_pool_release_threshold(self._p))
         return d
 
     def check(self):

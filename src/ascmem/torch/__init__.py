@@ -40,17 +40,28 @@ from ascmem.errors import InvalidArgumentError, UnsupportedError
 __all__ = ["install", "uninstall", "installed", "device", "use_tag", "sleep", "wake", "tags",
            "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "memory_summary",
-           "CaMemAllocator", "default_device", "RELEASE_THRESHOLD", "FIRST_INDEX"]
+           "CaMemAllocator", "default_device", "RELEASE_THRESHOLD", "RELEASE_THRESHOLD_MAX", "FIRST_INDEX"]
 
-# Free pages each kind of the default Device keeps mapped for reuse; beyond
-# them a free gives pages back to the OS at once, as glibc does for torch's
-# large tensors (its mmap threshold).  Two kinds hold device blocks (huge
-# pages above 1 MiB, normal below), so at most twice this stays resident.
-# Lower, a training step whose activations exceed it maps and faults them in
-# again every step; higher, more stays resident after a large free (the
-# target: within 64 MiB of torch's allocator after freeing 1 GiB).  A
-# Device(..., release_threshold=) of your own chooses otherwise.
+# Free pages each kind of the default Device keeps mapped for reuse at
+# least; beyond them a free gives pages back to the OS at once, as glibc
+# does for torch's large tensors the first time (its mmap threshold).  Two
+# kinds hold device blocks (huge pages above 1 MiB, normal below), so after
+# a first large free at most twice this stays resident (the target: within
+# 64 MiB of torch's allocator after freeing 1 GiB).
 RELEASE_THRESHOLD = 48 << 20
+
+
+def _release_threshold_max(machine):
+    """How far the threshold of each kind rises when memory it gave back is
+    asked for again (csrc/paging.c, "how much is kept"), as glibc's rises
+    once a program frees an mmapped chunk and keeps such memory in its heap
+    from then on: a step that frees and allocates its activations again
+    stops faulting them in.  An eighth of the machine: what a repeating
+    working set may keep resident between its steps, while it repeats (kept
+    memory a period of allocations does not need goes back)."""
+    return max(RELEASE_THRESHOLD, machine // 8)
+
+
 # The pluggable functions' device indices used here: 0..31 stay for NPU ids.
 FIRST_INDEX = 32
 _LAST_INDEX = 63
@@ -75,12 +86,18 @@ def _machine_memory():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+RELEASE_THRESHOLD_MAX = _release_threshold_max(_machine_memory())  # of this machine
+
+
 def default_device(device_id=0):
     """A Device for torch's CPU tensors: host backend (real memory), paged
-    (pages mapped where live blocks are, idle ones given back beyond
-    RELEASE_THRESHOLD), sized to the machine's memory."""
-    return ascmem.Device(_PROFILE, backend="host", paged=True, memory=_machine_memory(),
-                         release_threshold=RELEASE_THRESHOLD, device_id=device_id)
+    (pages mapped where live blocks are, idle ones given back beyond a
+    release threshold that adapts between RELEASE_THRESHOLD and
+    RELEASE_THRESHOLD_MAX), sized to the machine's memory."""
+    machine = _machine_memory()
+    return ascmem.Device(_PROFILE, backend="host", paged=True, memory=machine,
+                         release_threshold=RELEASE_THRESHOLD,
+                         release_threshold_max=_release_threshold_max(machine), device_id=device_id)
 
 
 def _register(dev):

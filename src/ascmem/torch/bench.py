@@ -11,6 +11,14 @@ the time spent waiting for a core), the median page faults of a step, the
 median peak RSS during a step (VmHWM, reset before each step through
 /proc/self/clear_refs) and the median RSS after a step, once its tensors
 are freed (idle), with no empty_cache() call.
+
+free_1GiB_once: free_1GiB's step run once, in a fresh process for each
+allocator (one step, no pairs: its ratio is of the two single steps).  What
+an allocator keeps after a large free depends on whether it has seen it
+before: glibc's malloc (torch's) gives the first 1 GiB back and keeps it
+from then on, ascmem's default Device keeps what it was asked for again
+(its adaptive release threshold); free_1GiB shows the repeated case, this
+row the first time.
 """
 
 import argparse
@@ -18,6 +26,8 @@ import gc
 import json
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import torch  # absolute: the real torch
@@ -102,6 +112,7 @@ def _big_tensors():
 WORKLOADS = {"cnn_train": _cnn, "transformer_infer": lambda: _transformer(False),
              "transformer_train": lambda: _transformer(True), "mlp_serving": _serving,
              "free_1GiB": _big_tensors}
+ONCE = "free_1GiB_once"  # free_1GiB's step once, in a fresh process per allocator
 
 
 def _one(step, use_ascmem, dev):
@@ -122,12 +133,43 @@ def _one(step, use_ascmem, dev):
             at.uninstall()
 
 
-def run(steps=20, warmup=2, names=None):
+def _setup():
+    """The default Device (the shim built and loaded), torch's allocator
+    installed again, one thread."""
     dev = at.install()
     at.uninstall()
     torch.set_num_threads(1)  # two cores shared: threads would measure the neighbours
+    return dev
+
+
+def once(use_ascmem):
+    """free_1GiB's step once in this process (a fresh one): _one's figures."""
+    dev = _setup()
+    return _one(_big_tensors(), use_ascmem, dev)
+
+
+def _once_row():
+    """free_1GiB_once: once() in a fresh process for each allocator."""
+    got = {}
+    for use in (False, True):
+        r = subprocess.run([sys.executable, "-m", "ascmem.torch.bench", "--once-child",
+                            "ascmem" if use else "torch"],
+                           capture_output=True, text=True, timeout=600, check=True)
+        got[use] = json.loads(r.stdout.splitlines()[-1])
+    t, a = got[False], got[True]
+    return {"torch_ms": t[0] * 1e3, "ascmem_ms": a[0] * 1e3, "paired_ratio": a[0] / t[0],
+            "paired_cpu_ratio": a[3] / max(t[3], 1e-9), "torch_faults": t[4], "ascmem_faults": a[4],
+            "torch_peak_rss_mib": t[1] / MiB, "ascmem_peak_rss_mib": a[1] / MiB,
+            "torch_idle_rss_mib": t[2] / MiB, "ascmem_idle_rss_mib": a[2] / MiB}
+
+
+def run(steps=20, warmup=2, names=None):
+    dev = _setup()
     out = {}
-    for name in names or WORKLOADS:
+    for name in names or list(WORKLOADS) + [ONCE]:
+        if name == ONCE:
+            out[name] = _once_row()
+            continue
         # the model and its inputs are made with torch's allocator, for both
         step = WORKLOADS[name]()
         for i in range(warmup):
@@ -160,7 +202,8 @@ def table(res):
                      f"{r['torch_idle_rss_mib']:>11.0f} MiB {r['ascmem_idle_rss_mib']:>4.0f} MiB")
     lines.append("ratio, cpu: median over paired steps of ascmem's wall time / torch's and of its CPU "
                  "time / torch's (below 1: ascmem faster); faults: page faults per step (a huge page "
-                 "is one); RSS: the whole process's")
+                 "is one); RSS: the whole process's; free_1GiB_once: one step in a fresh process "
+                 "for each, no pairs")
     return "\n".join(lines)
 
 
@@ -169,8 +212,12 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--quick", action="store_true", help="3 steps: a smoke run")
     p.add_argument("--json", action="store_true")
-    p.add_argument("workloads", nargs="*", choices=[[]] + list(WORKLOADS), default=None)
+    p.add_argument("--once-child", choices=["torch", "ascmem"], help=argparse.SUPPRESS)
+    p.add_argument("workloads", nargs="*", choices=[[]] + list(WORKLOADS) + [ONCE], default=None)
     a = p.parse_args(argv)
+    if a.once_child:  # a fresh process for free_1GiB_once
+        print(json.dumps(once(a.once_child == "ascmem")))
+        return 0
     res = run(3 if a.quick else a.steps, 1 if a.quick else 2, a.workloads or None)
     print(json.dumps(res, indent=1) if a.json else table(res))
     return 0
