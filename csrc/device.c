@@ -219,6 +219,12 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     r->nkinds = 1;
     r->reserve_event = 0;
     if (mode == ASCM_SIZE_MALLOC || mode == ASCM_SIZE_DVPP) r->rounded = malloc_size(size);
+    /* no CANN call cuts this block: a tail or a rounding past the size would
+     * reach into the next granule of a paged pool whenever the size is a
+     * whole number of granules (torch's tensors often are), and a block
+     * placed at the top of its hole would then start in a granule of its
+     * own; an exact 1 MiB request also stays below HUGE_FIRST's threshold */
+    if (mode == ASCM_SIZE_EXACT) r->rounded = size;
     if (mode == ASCM_SIZE_DVPP) {
         r->kinds[0] = ASCM_KIND_DVPP;
         r->align = 128;

@@ -1,0 +1,64 @@
+"""CPU tensors on ascmem are sized as torch's own CPU allocator sizes them:
+the bytes asked for at a 64-byte start, with no aclrtMalloc tail
+(ascmem_pluggable_try_alloc_cpu, ASCM_SIZE_EXACT).  With the tail, a tensor
+of a whole number of 2 MiB granules -- 16 MiB, say -- reached into one
+granule more of the default paged Device, and a 1 MiB tensor went to huge
+pages (over HUGE_FIRST's 1 MiB threshold) where it holds a whole granule."""
+import gc
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("ninja")  # torch.utils.cpp_extension builds the shim with it
+
+import ascmem  # noqa: E402
+import ascmem.torch as at  # noqa: E402
+from conftest import MiB  # noqa: E402
+
+
+@pytest.fixture
+def dev():
+    """A default Device of its own (installed for the test), so that no other
+    test's blocks or kept granules are in its counts."""
+    at.uninstall()
+    d = at.default_device(device_id=7)
+    at.install(d)
+    yield d
+    at.uninstall()
+    gc.collect()
+
+
+def _block(dev, t):
+    (b,) = [b for b in dev.snapshot() if b["address"] == t.data_ptr()]
+    return b
+
+
+def test_a_tensor_of_whole_granules_holds_exactly_them(dev):
+    t = torch.empty(4 << 20, dtype=torch.float32)  # 16 MiB: eight 2 MiB granules
+    s = dev.stats()["huge"]
+    assert dev.kind_of(t.data_ptr()) == ascmem.MemKind.HUGE
+    assert s["pages_in_use"] * s["page_size"] == 16 * MiB  # not 18: no tail in a ninth
+    assert _block(dev, t)["size"] == 16 * MiB
+    del t
+
+
+def test_a_one_mib_tensor_stays_on_normal_pages(dev):
+    t = torch.empty(1 << 18, dtype=torch.float32)  # 1 MiB: not over HUGE_FIRST's threshold
+    assert dev.kind_of(t.data_ptr()) == ascmem.MemKind.NORMAL
+    assert dev.stats()["huge"]["pages_in_use"] == 0
+    del t
+    u = torch.empty((1 << 18) + 1, dtype=torch.float32)  # a byte over it: huge pages
+    assert dev.kind_of(u.data_ptr()) == ascmem.MemKind.HUGE
+    del u
+
+
+@pytest.mark.parametrize("nbytes", [1, 33, 4096, 100_000, MiB + 4, 5 * MiB + 100])
+def test_requested_is_the_size_asked_and_the_start_64_byte_aligned(dev, nbytes):
+    t = torch.empty(nbytes, dtype=torch.uint8)
+    b = _block(dev, t)
+    assert b["requested"] == nbytes and b["size"] >= nbytes
+    assert t.data_ptr() % 64 == 0
+    assert at.memory_stats()["requested_bytes.all.current"] == nbytes
+    del t
+    assert at.memory_stats()["requested_bytes.all.current"] == 0
+    dev.check()
