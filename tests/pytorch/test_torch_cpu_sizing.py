@@ -2,8 +2,9 @@
 the bytes asked for at a 64-byte start, with no aclrtMalloc tail
 (ascmem_pluggable_try_alloc_cpu, ASCM_SIZE_EXACT).  With the tail, a tensor
 of a whole number of 2 MiB granules -- 16 MiB, say -- reached into one
-granule more of the default paged Device, and a 1 MiB tensor went to huge
-pages (over HUGE_FIRST's 1 MiB threshold) where it holds a whole granule."""
+granule more of the default paged Device, and two 1 MiB tensors could not
+share a granule.  The kinds stay aclrtMalloc's (huge pages above 1 MiB once
+rounded, so a 1 MiB tensor too)."""
 import gc
 
 import pytest
@@ -42,14 +43,12 @@ def test_a_tensor_of_whole_granules_holds_exactly_them(dev):
     del t
 
 
-def test_a_one_mib_tensor_stays_on_normal_pages(dev):
-    t = torch.empty(1 << 18, dtype=torch.float32)  # 1 MiB: not over HUGE_FIRST's threshold
-    assert dev.kind_of(t.data_ptr()) == ascmem.MemKind.NORMAL
-    assert dev.stats()["huge"]["pages_in_use"] == 0
-    del t
-    u = torch.empty((1 << 18) + 1, dtype=torch.float32)  # a byte over it: huge pages
-    assert dev.kind_of(u.data_ptr()) == ascmem.MemKind.HUGE
-    del u
+def test_two_half_granule_tensors_share_one_granule(dev):
+    a = torch.empty(1 << 18, dtype=torch.float32)  # 1 MiB each: huge pages, as aclrtMalloc routes it
+    b = torch.empty(1 << 18, dtype=torch.float32)
+    assert dev.kind_of(a.data_ptr()) == dev.kind_of(b.data_ptr()) == ascmem.MemKind.HUGE
+    assert dev.stats()["huge"]["pages_in_use"] == 1  # not 2: no tail past the first granule's half
+    del a, b
 
 
 @pytest.mark.parametrize("nbytes", [1, 33, 4096, 100_000, MiB + 4, 5 * MiB + 100])
