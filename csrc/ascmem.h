@@ -290,7 +290,12 @@ enum { ASCM_SIZE_MALLOC = 0,   /* ALIGN_UP(size, 32) + 32, start 64-byte aligned
        /* ALIGN_UP(size, 32) with no 32-byte tail, start 64-byte aligned: a
         * block the runtime maps whole rather than cuts from a larger one (a
         * stream-ordered pool's 2 MB granules), with no piece after it */
-       ASCM_SIZE_MAPPED = 5 };
+       ASCM_SIZE_MAPPED = 5,
+       /* the size as asked, with no rounding and no tail, start 64-byte
+        * aligned, the kinds MALLOC's: a CPU allocator's contract (torch's
+        * alloc_cpu: posix_memalign(64, size)), for memory no CANN call cuts
+        * pieces from (ascmem.torch's CPU tensors) */
+       ASCM_SIZE_EXACT = 6 };
 
 /* Things the caller may want to warn about, reported by ascm_device_malloc. */
 enum { ASCM_EVENT_HUGE_FALLBACK = 1,   /* HUGE_FIRST got normal pages: huge ran out */

@@ -277,13 +277,21 @@ static inline int route(const ascm_device *d, uint64_t size, uint32_t policy, in
     }
 }
 
-/* route(), and MALLOC_KEEP: MALLOC's route, its rounding moved into pad */
+/* route(), and MALLOC_KEEP: MALLOC's route, its rounding moved into pad;
+ * EXACT: MALLOC's route, the size as asked with no pad.  EXACT's blocks are
+ * no CANN call's to cut, so the tail goes: with it a block of a whole
+ * number of granules (torch's 16 MiB tensors) reached into one granule more
+ * of a paged pool, resident once touched, and never packed two to a
+ * granule.  Its kinds stay MALLOC's (an exact 1 MiB request goes to huge
+ * pages, as aclrtMalloc sends it): on normal pages the same blocks would
+ * hold a second release threshold's worth of kept pages. */
 static inline int route_any(const ascm_device *d, uint64_t size, uint32_t policy, int mode,
                             ascm_route *r) {
-    if (ASCM_LIKELY(mode != ASCM_SIZE_MALLOC_KEEP)) return route(d, size, policy, mode, r);
+    if (ASCM_LIKELY(mode != ASCM_SIZE_MALLOC_KEEP && mode != ASCM_SIZE_EXACT))
+        return route(d, size, policy, mode, r);
     int st = route(d, size, policy, ASCM_SIZE_MALLOC, r);
     if (st == ASCM_OK) { /* rounded - size <= 63 (ALIGN_UP + 32; 1 GiB pages: ALIGN_UP, pad 32) */
-        r->pad += r->rounded - size;
+        r->pad = mode == ASCM_SIZE_EXACT ? 0 : r->pad + r->rounded - size;
         r->rounded = size;
     }
     return st;

@@ -127,20 +127,17 @@ static int index_of_ptr(uint64_t addr, ascm_device **out) {
     return -1;
 }
 
-/* The pluggable alloc with its reason: ASCM_OK and *out, or the status
- * (ASCM_ERR_CLOSED also when no device is registered at the index), for
- * callers that tell their user why (ascmem.torch's shim raises it in torch).
- * Blocks are placed by aclrtMalloc's rounding with their requested size kept
- * (ASCM_SIZE_MALLOC_KEEP), so a free that is not told the size reads it back. */
-EXPORT int ascmem_pluggable_try_alloc(int64_t size, int device, void **out) {
+/* An allocation at a device index, sized by mode (ASCM_SIZE_*): ASCM_OK and
+ * *out, or the status (ASCM_ERR_CLOSED also when no device is registered at
+ * the index).  The block is handed out to C (marked). */
+static int try_alloc(int64_t size, int device, int mode, void **out) {
     *out = NULL;
     if (size <= 0) return ASCM_ERR_INVAL;
     ascm_device *d = get_waiting(device);
     if (!d) return ASCM_ERR_CLOSED;
     uint64_t addr;
     int kind, events;
-    int st = ascm_device_malloc_entered(d, (uint64_t)size, 0 /* HUGE_FIRST */, ASCM_SIZE_MALLOC_KEEP,
-                                        &addr, &kind, &events);
+    int st = ascm_device_malloc_entered(d, (uint64_t)size, 0 /* HUGE_FIRST */, mode, &addr, &kind, &events);
     if (st == ASCM_OK && (st = ascm_device_hand_out_block(d, addr)) != ASCM_OK) {
         int k;
         ascm_device_free_entered(d, addr, ascm_kind_mask(ASCM_FREE_DEVICE), &k); /* unmarked: not handed out */
@@ -151,6 +148,23 @@ EXPORT int ascmem_pluggable_try_alloc(int64_t size, int device, void **out) {
     }
     put(device, d);
     return st;
+}
+
+/* The pluggable alloc with its reason, for callers that tell their user why.
+ * Blocks are placed by aclrtMalloc's rounding with their requested size kept
+ * (ASCM_SIZE_MALLOC_KEEP), so a free that is not told the size reads it back. */
+EXPORT int ascmem_pluggable_try_alloc(int64_t size, int device, void **out) {
+    return try_alloc(size, device, ASCM_SIZE_MALLOC_KEEP, out);
+}
+
+/* The same for a CPU allocator (ascmem.torch's shim: torch's CPU tensors on
+ * a host-backend Device): the size as asked at a 64-byte start, as torch's
+ * own CPU allocator gives (ASCM_SIZE_EXACT).  aclrtMalloc's 32-byte tail is
+ * a rule for pieces the runtime cuts from device memory; on a paged Device
+ * it put every tensor of a whole number of granules (16 MiB, say) across
+ * one granule more, resident once touched. */
+EXPORT int ascmem_pluggable_try_alloc_cpu(int64_t size, int device, void **out) {
+    return try_alloc(size, device, ASCM_SIZE_EXACT, out);
 }
 
 EXPORT void *ascmem_pluggable_alloc(ssize_t size, int device, void *stream) {

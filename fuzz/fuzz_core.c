@@ -166,7 +166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         case 4: /* device: any policy value, any sizing mode; handed out to C at times */
             if (!live[2][slot] &&
-                ascm_device_malloc(dev, req, (uint32_t)take(&data, &size, 4), (int)(align % 4),
+                ascm_device_malloc(dev, req, (uint32_t)take(&data, &size, 4),
+                                   (align & 0x1000) ? ASCM_SIZE_EXACT : (int)(align % 4),
                                    &live[2][slot], &kind, &events) != ASCM_OK)
                 live[2][slot] = 0;
             else if (live[2][slot] && !marked[slot] && (align & 0x800)) {

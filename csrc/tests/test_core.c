@@ -910,6 +910,42 @@ static void test_device_default_route(void) {
     ascm_device_destroy(d);
 }
 
+/* ASCM_SIZE_EXACT (a CPU allocator's blocks, ascmem.torch): aclrtMalloc's
+ * kinds, the size as asked as both the requested and the placed size (no
+ * tail), a 64-byte start; a block of whole pages holds exactly them. */
+static void test_device_exact_route(void) {
+    ascm_device_config cfg = huge_and_normal();
+    cfg.budget.reserve = 16u << 20;
+    cfg.budget.shared = 64u << 20;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    const uint64_t mib = 1u << 20;
+    const uint64_t sizes[] = {1, 33, 4096, mib - 32, mib - 31, mib, 2 * mib, 4 * mib + 1};
+    int kind, events;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        ascm_route r, m;
+        uint64_t a, usable, requested;
+        CHECK(ascm_device_route(d, sizes[i], 0, ASCM_SIZE_EXACT, &r) == ASCM_OK);
+        CHECK(ascm_device_route(d, sizes[i], 0, ASCM_SIZE_MALLOC, &m) == ASCM_OK);
+        CHECK(r.rounded == sizes[i] && r.pad == 0 && r.align == 64);
+        CHECK(r.nkinds == m.nkinds && r.kinds[0] == m.kinds[0]);
+        CHECK(ascm_device_malloc(d, sizes[i], 0, ASCM_SIZE_EXACT, &a, &kind, &events) == ASCM_OK);
+        CHECK(kind == (sizes[i] <= mib - 32 ? ASCM_KIND_NORMAL : ASCM_KIND_HUGE) && a % 64 == 0);
+        ascm_pool *p = ascm_device_pool_at(d, a, NULL);
+        CHECK(ascm_pool_requested_size(p, a, &requested) == ASCM_OK && requested == sizes[i]);
+        CHECK(ascm_pool_usable_size(p, a, &usable) == ASCM_OK && usable >= sizes[i]);
+        if (sizes[i] % (2 * mib) == 0) { /* whole huge pages: no page more */
+            ascm_stats st;
+            ascm_pool_stats(p, &st);
+            CHECK(usable == sizes[i] && st.pages_in_use * st.page_size == sizes[i]);
+        }
+        CHECK(ascm_device_free(d, a, 0x1F, &kind) == ASCM_OK);
+    }
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_HUGE));
+    POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
+    ascm_device_destroy(d);
+}
+
 /* An aligned group's request (ascm_device_try_malloc_aligned_held): start
  * and usable size multiples of the alignment whatever the call and policy;
  * an alignment that is not a power of two is refused; other requests keep
@@ -1604,6 +1640,7 @@ int main(void) {
         {"exhaustion_soak", test_exhaustion_soak},
         {"device_chunks", test_device_chunks},
         {"device_default_route", test_device_default_route},
+        {"device_exact_route", test_device_exact_route},
         {"device_aligned_requests", test_device_aligned_requests},
         {"device_free_kind_hint", test_device_free_kind_hint},
         {"check_detects_corruption", test_check_detects_corruption},

@@ -104,6 +104,7 @@ cdef extern from "ascmem.h" nogil:
         ASCM_SIZE_DVPP
         ASCM_SIZE_HOST
         ASCM_SIZE_MAPPED
+        ASCM_SIZE_EXACT
         ASCM_EVENT_HUGE_FALLBACK
         ASCM_EVENT_RESERVE_FULL
         ASCM_EVENT_MEDIA_90

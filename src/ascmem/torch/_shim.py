@@ -53,7 +53,7 @@ def load():
             lib.ascmem_torch_allocated.restype = ctypes.c_int64
             core = ctypes.CDLL(_pl.library_path())
             lib.ascmem_torch_bind(*(ctypes.cast(getattr(core, name), ctypes.c_void_p).value
-                                    for name in ("ascmem_pluggable_try_alloc",
+                                    for name in ("ascmem_pluggable_try_alloc_cpu",
                                                  "ascmem_pluggable_free_requested",
                                                  "ascmem_pluggable_status_message")))
             _lib = lib

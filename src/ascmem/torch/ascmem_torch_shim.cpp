@@ -21,7 +21,7 @@
 
 namespace {
 
-// ascmem_pluggable_try_alloc / _free_requested / ascmem_status_message
+// ascmem_pluggable_try_alloc_cpu / _free_requested / ascmem_status_message
 typedef int (*alloc_fn)(int64_t size, int device, void **out);
 typedef int (*free_fn)(void *ptr, int device, int64_t *requested);
 typedef const char *(*message_fn)(int status, int device);
