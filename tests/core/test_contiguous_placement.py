@@ -128,3 +128,33 @@ def test_fit_names_the_placement_with_the_smallest_arena():
     r = subprocess.run([sys.executable, "-m", "ascmem", "fit", "--example", "speech_to_text",
                         "--allocator", "pool"], capture_output=True, text=True, timeout=300)
     assert "smallest arena here: kept-to-best-fit" in r.stdout
+
+
+@pytest.mark.parametrize("placement", tr.CONTIGUOUS_PLACEMENTS)
+def test_random_work_leaves_every_placement_intact(placement):
+    """Allocations and frees of mixed sizes, many of one repeated size (the
+    kept block's reuse and its alternatives), with check() throughout:
+    blocks never overlap and the pool's books balance."""
+    import random
+    rng = random.Random(42)
+    pool = ascmem.Pool(256 << 20, base=BASE, placement=placement)
+    live = {}
+    for step in range(4000):
+        if live and (rng.random() < 0.5 or len(live) > 200):
+            addr = rng.choice(list(live))
+            pool.free(addr)
+            del live[addr]
+        else:
+            size = rng.choice([M, M, 3 * M // 2, 64 << 10, rng.randrange(1, 4 * M)])
+            try:
+                addr = pool.alloc(size)
+            except ascmem.OutOfMemoryError:
+                continue
+            assert all(addr + size <= a or a + s <= addr for a, s in live.items())
+            live[addr] = size
+        if step % 500 == 0:
+            pool.check()
+    for addr in live:
+        pool.free(addr)
+    pool.check()
+    assert pool.stats()["used"] == 0
