@@ -115,6 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (((size & 8) && ascm_pool_set_thread_caches(pool, ASCM_CACHES_ON)) ||
         ((size & 16) && ascm_pool_set_thread_caches(paged, ASCM_CACHES_ON)))
         abort();
+    /* the contiguous pool under each of its placements (ascmem.h), by the input's length */
+    if (ascm_pool_set_placement(pool, ASCM_PLACE_KEPT_IN_PLACE + (int)((size >> 5) % 3)))
+        abort();
     uint64_t live[4][SLOTS] = {{0}};
     uint8_t marked[SLOTS] = {0}; /* live[2]'s blocks handed out to C */
     ascm_handle handles[SLOTS] = {0}; /* the pool's blocks allocated by handle */
