@@ -212,9 +212,22 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
  * best fit chose, end to end with the block below.  Neither maps fewer
  * granules on every workload; ascmem.trace.choose_placement replays a
  * recorded run under both (docs/ARCHITECTURE.md, Note [Packed placement]).
+ *
+ * Where a contiguous pool places the last large block freed (the kept
+ * block, Note [The kept block]) when the next large request has its size.
+ * KEPT_IN_PLACE (a new pool's): reused in place, unless a smaller hole just
+ * below it would be stranded.  KEPT_TO_BEST_FIT: never reused in place, the
+ * request goes to best fit like any other.  LOWEST_EQUAL: reused in place
+ * unless a free block of its exact size lies lower in the range, which the
+ * request then takes (best fit's lowest among equals); a hole below is left
+ * where it is.  None needs the smallest arena on every workload;
+ * ascmem.trace.choose_contiguous_placement replays a recorded run under each
+ * (Note [Contiguous placements]).
+ *
  * It applies to the blocks placed from then on.  ASCM_ERR_INVAL for another
- * value, or for PACKED on a pool that is not paged. */
-enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1 };
+ * value, or for a placement of the other kind of pool. */
+enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1,
+       ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4 };
 int ascm_pool_set_placement(ascm_pool *p, int placement);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */

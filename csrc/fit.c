@@ -281,6 +281,13 @@ static uint32_t find_elsewhere(ascm_fit *f, uint32_t region, uint64_t need, int 
     return ASCM_NODE_NONE;
 }
 
+int ascm_fit_has_equal_below(const ascm_fit *f, uint64_t n, uint32_t off) {
+    unsigned seen = 0;
+    for (uint32_t i = f->one.head[bin_of(n)]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++)
+        if (f->nodes[i].len == n && f->nodes[i].off < off) return 1;
+    return 0;
+}
+
 uint32_t ascm_fit_first(const ascm_fit *f) {
     for (uint32_t i = 1; i < f->nused; i++)
         if (f->nodes[i].len && f->nodes[i].off == 0) return i;

@@ -323,6 +323,10 @@ int ascm_fit_take_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
 void ascm_fit_give(ascm_fit *f, uint32_t node);
 uint64_t ascm_fit_largest(const ascm_fit *f);
 uint32_t ascm_fit_first(const ascm_fit *f); /* the node at unit 0: the address chain's head */
+/* Contiguous (one region): whether a free block of exactly n units starts
+ * below unit off, among the first ASCM_FIT_SCAN of n's bin (the nodes best
+ * fit itself would look at). */
+int ascm_fit_has_equal_below(const ascm_fit *f, uint64_t n, uint32_t off);
 int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
 
 /* ---- slabs: size classes for small requests ---------------------------- */

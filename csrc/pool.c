@@ -54,7 +54,7 @@ static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t request
         return ASCM_OK;
     return ascm_fit_take_in(&p->fit, n, align_units_for(p, align),
                             requested ? region_for(p, n) : 0, /* slabs: the first */
-                            requested && !p->packed ? g : 0, node);
+                            requested && p->placement != ASCM_PLACE_PACKED ? g : 0, node);
 }
 
 /* Sparing the end (fit.c): a large request of a contiguous pool spares the
@@ -173,6 +173,25 @@ static inline int kept_block_moves_down(const ascm_pool *p, const ascm_fit_node 
            (uint64_t)below->len * KEPT_HOLE_MIN >= blk->len && p->paging == NULL;
 }
 
+/* A contiguous pool placing by KEPT_TO_BEST_FIT or LOWEST_EQUAL
+ * (ascm_pool_set_placement): whether the kept block, of the request's size,
+ * goes to best fit instead of back in place.  Out of line: the default's
+ * pair pays one byte compare for it (Note [Contiguous placements]). */
+static __attribute__((noinline)) int kept_leaves_by_placement(const ascm_pool *p,
+                                                              const ascm_fit_node *blk) {
+    if (p->placement == ASCM_PLACE_KEPT_TO_BEST_FIT) return 1;
+    return ascm_fit_has_equal_below(&p->fit, blk->len, blk->off);
+}
+
+/* Whether the kept block, of the request's size, goes to best fit instead
+ * of back in place: by the pool's placement.  Paged pools' placements
+ * (GRANULES, PACKED) are below KEPT_IN_PLACE and take the default's rule,
+ * which leaves them to kept_place_mapped. */
+static inline int kept_leaves_place(const ascm_pool *p, const ascm_fit_node *blk) {
+    if (ASCM_UNLIKELY(p->placement > ASCM_PLACE_KEPT_IN_PLACE)) return kept_leaves_by_placement(p, blk);
+    return ASCM_UNLIKELY(kept_block_moves_down(p, blk));
+}
+
 /* The kept block, if it is exactly what a large request of size and align
  * would get; charged and out of last_freed. */
 static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t requested,
@@ -182,8 +201,7 @@ static inline uint32_t reuse_last_freed(ascm_pool *p, uint64_t size, uint64_t re
     ascm_fit_node *blk = &p->fit.nodes[node];
     uint64_t n = units_for(p, size);
     int deferred = p->domain->deferred == p; /* its pages were never given (top of file) */
-    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) ||
-        ASCM_UNLIKELY(kept_block_moves_down(p, blk))) {
+    if (blk->len != n || (blk->off & (align_units_for(p, align) - 1)) || kept_leaves_place(p, blk)) {
         if (ASCM_UNLIKELY(deferred)) ascm_pool_settle(p->domain);
         return ASCM_NODE_NONE;
     }

@@ -62,7 +62,8 @@ struct ascm_pool {
     uint8_t kept_in_map;  /* last_freed still has its entry in `blocks` (pool.c) */
     uint8_t kept_reused;  /* the kept block before it was taken back by the next request */
     uint8_t defers;       /* the kept block's discharge may be deferred (pool.c) */
-    uint8_t packed;       /* paged: ASCM_PLACE_PACKED (pool.c, take_paged); in the padding above */
+    uint8_t placement;    /* ASCM_PLACE_*, 0 for a new pool of either kind: its kind's default (pool.c:
+                           * take_paged, kept_leaves_place); in the padding above */
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */

@@ -165,10 +165,12 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
 }
 
 int ascm_pool_set_placement(ascm_pool *p, int placement) {
-    if (placement != ASCM_PLACE_GRANULES && placement != ASCM_PLACE_PACKED) return ASCM_ERR_INVAL;
-    if (placement == ASCM_PLACE_PACKED && !p->paging) return ASCM_ERR_INVAL;
+    int paged_one = placement == ASCM_PLACE_GRANULES || placement == ASCM_PLACE_PACKED;
+    int contiguous_one = placement == ASCM_PLACE_KEPT_IN_PLACE ||
+                         placement == ASCM_PLACE_KEPT_TO_BEST_FIT || placement == ASCM_PLACE_LOWEST_EQUAL;
+    if (p->paging ? !paged_one : !contiguous_one) return ASCM_ERR_INVAL;
     ascm_pool_lock(p);
-    p->packed = placement == ASCM_PLACE_PACKED;
+    p->placement = (uint8_t)placement;
     ascm_pool_unlock(p);
     return ASCM_OK;
 }

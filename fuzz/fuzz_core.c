@@ -110,6 +110,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ascm_pool_create(&pc, &pool) || ascm_buddy_create(1ull << 32, 6u << 20, 4096, &buddy) ||
         ascm_device_create(&dc, &dev) || ascm_pool_create(&gc, &paged))
         abort();
+    /* the contiguous pool under each of its placements (ascmem.h), by the
+     * input's length (bits above those the other choices below use) */
+    if (ascm_pool_set_placement(pool, ASCM_PLACE_KEPT_IN_PLACE + (int)((size >> 7) % 3))) abort();
     /* thread caches on for some inputs: frees then go through the lock-free
      * validation of tcache.c, which the bad frees below must not get past */
     if (((size & 8) && ascm_pool_set_thread_caches(pool, ASCM_CACHES_ON)) ||

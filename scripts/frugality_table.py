@@ -1,5 +1,7 @@
-"""The frugality table of issue 42: per trace, the contiguous Pool against
-textbook best fit (bounded arena, and the untouched end kept for last), paged
+"""The frugality table of issue 42: per trace, the contiguous Pool (its
+default placement, and "planned": the placement chosen from the trace itself,
+ascmem.trace.choose_contiguous_placement, whichever replays it in the smallest
+arena) against textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
 64 GiB, and with the placement chosen from the trace itself
 (ascmem.trace.choose_placement: "granules" or "packed", whichever maps less),
@@ -33,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HELDOUT = os.path.join(HERE, "..", "tests", "data", "heldout")
 SHARED = os.path.join(HERE, "..", "..", "..", "shared", "traces", "pipeline.csv.gz")
 GRANULES = ((2 << 20, "2M"), (64 << 10, "64K"))
-COLUMNS = ["pool", "bestfit", "bestfit-wilderness"] + [
+COLUMNS = ["pool", "pool@planned", "bestfit", "bestfit-wilderness"] + [
     f"paged{g}@{r}" for _, g in GRANULES for r in ("4x", "64G", "chosen")] + [
     f"bf+unmap{g}" for _, g in GRANULES] + ["expandable", "expandable-eager"] + [
     f"bound{g}" for _, g in GRANULES]
@@ -53,7 +55,11 @@ def traces(extra):
 def row(t, resolution):
     peak = t.peak_live()
     r = {"trace": t.name, "peak_live": peak}
-    for name in ("pool", "bestfit", "bestfit-wilderness"):
+    placements = tr.contiguous_placement_efficiencies(t, resolution)
+    r["pool"] = placements[tr.CONTIGUOUS_PLACEMENTS[0]][0]
+    r["pool_placement"] = tr.fewest_mapped(placements)  # chosen from this trace's own run
+    r["pool@planned"] = placements[r["pool_placement"]][0]
+    for name in ("bestfit", "bestfit-wilderness"):
         r[name] = tr.efficiency(t, name, resolution)[0]
     for g, label in GRANULES:
         figures = tr.placement_efficiencies(t, g, range_size=4 * peak)
@@ -81,12 +87,13 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args(argv)
     resolution = (1 << 20) if args.quick else 64 << 10
-    heads = ["pool", "bf", "bf-wild"] + [
+    heads = ["pool", "pool@plan", "bf", "bf-wild"] + [
         c.replace("paged", "pg").replace("bf+unmap", "bf+um").replace("expandable", "exp")
         .replace("@chosen", "@run")
-        for c in COLUMNS[3:]]
+        for c in COLUMNS[4:]]
     print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
-          f"{resolution >> 10} KiB) or peak mapped (paged); * held out")
+          f"{resolution >> 10} KiB) or peak mapped (paged); * held out; pool@plan, pg..@run: "
+          f"the placement chosen from the trace itself")
     print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))
     rows = []
     for t, held in traces(args.paths):

@@ -657,8 +657,65 @@ static void test_paged_packed_placement(void) {
     ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
     CHECK(ascm_pool_create(&cfg, &c) == ASCM_OK);
     CHECK(ascm_pool_set_placement(c, ASCM_PLACE_PACKED) == ASCM_ERR_INVAL);
-    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_GRANULES) == ASCM_OK);
+    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_GRANULES) == ASCM_ERR_INVAL);
     ascm_pool_destroy(c);
+}
+
+/* Contiguous placements (ascm_pool_set_placement): where a request of the
+ * kept block's size goes.  Three layouts, each 1 MiB request (M) made
+ * right after the kept block K was freed:
+ *   equal: a free block of K's size lies lower -- KEPT_IN_PLACE reuses K,
+ *          the other two take the lower block;
+ *   above: a free 1.25 M block lies lower and K's upper neighbour is free --
+ *          only KEPT_TO_BEST_FIT leaves K (merged, it is no longer the best fit);
+ *   hole:  a free 0.5 M block lies just below K -- KEPT_IN_PLACE moves K
+ *          down into it (Note [The kept block]), LOWEST_EQUAL keeps it.
+ * A paged pool's placements are refused, as are other values. */
+static uint64_t place_after_kept(int placement, const uint64_t *sizes, int n, const int *frees,
+                                 int nfrees) {
+    const uint64_t M = 1u << 20;
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 64u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(ascm_pool_set_placement(p, placement) == ASCM_OK);
+    uint64_t a[8], got = 0;
+    for (int i = 0; i < n; i++) CHECK(ascm_pool_alloc(p, sizes[i], 64, &a[i]) == ASCM_OK);
+    for (int i = 0; i < nfrees; i++) CHECK(ascm_pool_free(p, a[frees[i]]) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, M, 64, &got) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    return got - (1u << 30);
+}
+
+static void test_contiguous_placements(void) {
+    const uint64_t M = 1u << 20;
+    const uint64_t equal[] = {M, M, M, M};                 /* at 0, 1, 2, 3 M */
+    const int equal_frees[] = {0, 2};                      /* K at 2 M, 1 M free at 0 */
+    const uint64_t above[] = {M * 5 / 4, M, M, M, M};      /* at 0, 1.25, 2.25, 3.25, 4.25 M */
+    const int above_frees[] = {0, 3, 2};                   /* K at 2.25 M, 3.25 M free above it */
+    const uint64_t hole[] = {M, M / 2, M, M};              /* at 0, 1, 1.5, 2.5 M */
+    const int hole_frees[] = {1, 2};                       /* K at 1.5 M, 0.5 M free below it */
+    const int places[] = {ASCM_PLACE_KEPT_IN_PLACE, ASCM_PLACE_KEPT_TO_BEST_FIT,
+                          ASCM_PLACE_LOWEST_EQUAL};
+    const uint64_t want_equal[] = {2 * M, 0, 0};
+    const uint64_t want_above[] = {M * 9 / 4, 0, M * 9 / 4};
+    const uint64_t want_hole[] = {M, M, M * 3 / 2};
+    for (int k = 0; k < 3; k++) {
+        CHECK(place_after_kept(places[k], equal, 4, equal_frees, 2) == want_equal[k]);
+        CHECK(place_after_kept(places[k], above, 5, above_frees, 3) == want_above[k]);
+        CHECK(place_after_kept(places[k], hole, 4, hole_frees, 2) == want_hole[k]);
+    }
+    ascm_pool *c;
+    ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &c) == ASCM_OK);
+    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_GRANULES) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_set_placement(c, 5) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_set_placement(c, -1) == ASCM_ERR_INVAL);
+    ascm_pool_destroy(c);
+    ascm_pool *g = granule_pool();
+    CHECK(ascm_pool_set_placement(g, ASCM_PLACE_KEPT_TO_BEST_FIT) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_set_placement(g, ASCM_PLACE_LOWEST_EQUAL) == ASCM_ERR_INVAL);
+    ascm_pool_destroy(g);
 }
 
 static void test_pool_batch(void) {
@@ -1635,6 +1692,7 @@ int main(void) {
         {"paged_regions", test_paged_regions},
         {"paged_granule_placement", test_paged_granule_placement},
         {"paged_packed_placement", test_paged_packed_placement},
+        {"contiguous_placements", test_contiguous_placements},
         {"paged_mapped_first", test_paged_mapped_first},
         {"pool_batch", test_pool_batch},
         {"exhaustion_soak", test_exhaustion_soak},

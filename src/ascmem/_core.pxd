@@ -90,6 +90,9 @@ cdef extern from "ascmem.h" nogil:
     enum:
         ASCM_PLACE_GRANULES
         ASCM_PLACE_PACKED
+        ASCM_PLACE_KEPT_IN_PLACE
+        ASCM_PLACE_KEPT_TO_BEST_FIT
+        ASCM_PLACE_LOWEST_EQUAL
     const char *ascm_status_str(int status)
 
     enum:
@@ -235,7 +238,7 @@ cdef class Pool:
     cdef readonly uint64_t granule, release_threshold  # paged pools; 0 for contiguous ones
     cdef bint _closed
     cdef readonly str thread_caches  # "off", "on" or "auto"
-    cdef readonly object placement  # paged pools: "granules" or "packed"; None for contiguous ones
+    cdef readonly object placement  # "granules" or "packed" (paged); "kept-in-place", "kept-to-best-fit" or "lowest-equal"
     # C-level entry points for other Cython extensions (through the type's
     # vtable, so they need no link to this module): no Python call, no GIL.
     # They return an ascm_status (0 = ASCM_OK).

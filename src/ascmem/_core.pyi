@@ -25,7 +25,7 @@ class Pool:
     granule: int
     release_threshold: int
     thread_caches: str
-    placement: Optional[str]
+    placement: str
     def __init__(self, size: _Int, *, base: _Int = 0, min_block: _Int = 4096,
                  page_size: Optional[_Int] = None, granule: Optional[_Int] = None,
                  release_threshold: _Int = 0, release_threshold_max: Optional[_Int] = None,

@@ -34,21 +34,31 @@ cdef int _caches_mode(object name) except -1:
     raise InvalidArgumentError(f"thread_caches must be 'off', 'on' or 'auto', not {name!r}")
 
 
-cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_PACKED}
+cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_PACKED,
+                         "kept-in-place": ASCM_PLACE_KEPT_IN_PLACE,
+                         "kept-to-best-fit": ASCM_PLACE_KEPT_TO_BEST_FIT,
+                         "lowest-equal": ASCM_PLACE_LOWEST_EQUAL}
+# each kind of pool's placements, its default first (ascmem.trace has the same)
+cdef tuple _PAGED_PLACEMENTS = ("granules", "packed")
+cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
 
 
-cdef object _placement_of(object name, bint paged, str paged_by="give a granule"):
-    """The placement of a paged pool or device ("granules" when name is
-    None), or None for one that is not paged, which has no choice."""
-    if not paged:
+cdef object _placement_of(object name, bint paged, str paged_by=None):
+    """A pool's placement by name, its kind's default when name is None: a
+    pool takes only the placements of its kind (paged or contiguous).
+    paged_by (a Device's: how to make it paged): only a paged one chooses,
+    None for another."""
+    if not paged and paged_by is not None:
         if name is not None:
             raise InvalidArgumentError(f"placement applies to paged pools: {paged_by}")
         return None
+    names = _PAGED_PLACEMENTS if paged else _CONTIGUOUS_PLACEMENTS
     if name is None:
-        return "granules"
-    if type(name) is str and name in _PLACEMENTS:
+        return names[0]
+    if type(name) is str and name in names:
         return name
-    raise InvalidArgumentError(f"placement must be 'granules' or 'packed', not {name!r}")
+    raise InvalidArgumentError(f"placement of a {'paged' if paged else 'contiguous'} pool must be "
+                               f"one of {', '.join(map(repr, names))}, not {name!r}")
 
 
 cdef object _default_caches(object name, bint paged):
@@ -100,12 +110,19 @@ cdef class Pool:
     threshold taken into use) did not need bring it back down, to
     ``release_threshold`` at least.  None (the default): fixed.
 
-    ``placement`` (paged pools): where blocks of a granule or more go.
+    ``placement``: for a paged pool, where blocks of a granule or more go.
     "granules" (the default) aligns them to granule boundaries, the large
     ones from the top of their hole; "packed" puts every block at the low end
     of the hole best fit chose, end to end with the block below it.  Which
     maps fewer granules depends on the workload:
     ``ascmem.trace.choose_placement`` replays a recorded run under both.
+    For a contiguous pool, where a large request of the last large block
+    freed's size goes: "kept-in-place" (the default) reuses that block in
+    place unless a smaller hole just below it would be stranded;
+    "kept-to-best-fit" never reuses it in place (best fit chooses);
+    "lowest-equal" reuses it unless a free block of its size lies lower,
+    which the request takes.  ``ascmem.trace.choose_contiguous_placement``
+    replays a recorded run under each and keeps the smallest arena.
 
     ``thread_caches`` ("off", "on" or "auto": from the first time two threads
     meet at the pool's lock) puts a cache of small blocks per thread in front
@@ -148,8 +165,7 @@ cdef class Pool:
         thread_caches = _default_caches(thread_caches, cfg.paged)
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
-        if placement is not None:
-            ascm_pool_set_placement(self._p, _PLACEMENTS[placement])
+        ascm_pool_set_placement(self._p, _PLACEMENTS[placement])  # of the pool's kind: OK
         self.placement = placement
         self.base = cfg.base
         self.capacity = cfg.size

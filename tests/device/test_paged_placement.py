@@ -40,7 +40,7 @@ def test_packed_blocks_share_their_edge_granules():
 
 def test_the_default_is_the_granule_rules():
     assert ascmem.Pool(64 << 20, granule=G).placement == "granules"
-    assert ascmem.Pool(64 << 20).placement is None  # contiguous: no choice to make
+    assert ascmem.Pool(64 << 20).placement == "kept-in-place"  # contiguous: its own default
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -295,11 +295,19 @@ def cmd_fit(args):
     from ascmem.tools import progress
     peak = t.peak_live()
     rows, results = [], []
+    placements = None  # the contiguous Pool's, when it is fitted
     for name in names:
         with progress.step(f"fit {name}", unit="replays") as watch:
-            cap = tr.min_capacity(t, name, resolution=args.resolution, progress=watch)
+            if name == "pool":  # under each placement; the default's is the pool's row
+                placements = tr.contiguous_placement_efficiencies(t, args.resolution, progress=watch)
+                cap = placements[tr.CONTIGUOUS_PLACEMENTS[0]][1]
+            else:
+                cap = tr.min_capacity(t, name, resolution=args.resolution, progress=watch)
         rows.append((name, _mib(cap), f"{peak / cap:.3f}"))
         results.append({"allocator": name, "min_capacity": cap, "efficiency": peak / cap})
+        if name == "pool":
+            results[-1].update(placement=tr.fewest_mapped(placements), placements={
+                p: {"min_capacity": c, "efficiency": e} for p, (e, c) in placements.items()})
     paged = []
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
@@ -321,6 +329,10 @@ def cmd_fit(args):
     print(_table(rows, ("allocator", "min capacity", "efficiency")))
     print("(the size of one contiguous arena; `ascmem plan` answers another question: the "
           "device memory a process holds, in whole pages, beside weights and the runtime)")
+    if placements:
+        print("pool placements (Pool(placement=...)): " +
+              ", ".join(f"{p} {e:.3f}" for p, (e, _) in placements.items()) +
+              f"; smallest arena here: {tr.fewest_mapped(placements)}")
     if paged:
         rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
                  f"{p['physical_efficiency']:.3f}", f"{p['bound']:.4f}") for p in paged]

@@ -730,7 +730,8 @@ def placement_efficiencies(trace, granule=2 << 20, release_threshold=0, range_si
 
 def fewest_mapped(figures):
     """The placement of placement_efficiencies' figures that maps the fewest
-    bytes at the peak; the default ("granules") on a tie."""
+    bytes at the peak (or of contiguous_placement_efficiencies' that needs
+    the smallest arena); the default, listed first, on a tie."""
     return min(figures, key=lambda p: figures[p][1])
 
 
@@ -741,6 +742,44 @@ def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=Non
     placement]); a workload that repeats its recorded run keeps the winner.
     Returns (placement, efficiency, peak mapped bytes)."""
     figures = placement_efficiencies(trace, granule, release_threshold, range_size)
+    best = fewest_mapped(figures)
+    return (best,) + figures[best]
+
+
+# a contiguous Pool's placement argument; the default first
+CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
+
+
+def contiguous_pool(placement=None):
+    """capacity -> a contiguous Pool with this placement (Pool's; None:
+    "kept-in-place"), as make_allocator("pool") makes one: an allocator
+    argument of min_capacity and efficiency."""
+    import ascmem
+
+    def make(capacity):
+        return ascmem.Pool(capacity, base=1 << 32, placement=placement)
+    return make
+
+
+def contiguous_placement_efficiencies(trace, resolution=64 * 1024, progress=None):
+    """efficiency under each contiguous placement: {placement: (efficiency,
+    smallest arena)}, in the order of CONTIGUOUS_PLACEMENTS (progress: as
+    min_capacity's, counted afresh for each placement)."""
+    peak = _a_trace(trace).peak_live()
+    figures = {}
+    for p in CONTIGUOUS_PLACEMENTS:
+        cap = min_capacity(trace, contiguous_pool(p), resolution, progress=progress)
+        figures[p] = (peak / cap, cap)
+    return figures
+
+
+def choose_contiguous_placement(trace, resolution=64 * 1024):
+    """The contiguous placement (Pool's placement argument) whose Pool
+    replays this recorded run in the smallest arena, the default on a tie.
+    None wins on every workload (docs/ARCHITECTURE.md, Note [Contiguous
+    placements]); a workload that repeats its recorded run keeps the winner.
+    Returns (placement, efficiency, smallest arena in bytes)."""
+    figures = contiguous_placement_efficiencies(trace, resolution)
     best = fewest_mapped(figures)
     return (best,) + figures[best]
 
