@@ -30,3 +30,27 @@ def test_the_frugality_table_has_both_expandable_columns():
     row = table.row(t, 1 << 20)
     assert row["expandable"] == tr.efficiency(t, "torch-expandable", 1 << 20)[0]
     assert row["expandable-eager"] == expandable_eager_efficiency(t)
+
+
+def _table():
+    spec = importlib.util.spec_from_file_location("frugality_table", SCRIPT)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    return table
+
+
+def test_the_markdown_table_bolds_what_misses_a_peer_and_daggers_the_absolute_target():
+    table = _table()
+    row = {c: 0.99 for c in table.COLUMNS}
+    row.update(trace="t", peak_live=64 << 20, held_out=True, bestfit=0.99,
+               **{"pool": 0.98, "pool@planned": 0.986,       # 0.010 and 0.004 below best fit
+                  "paged2M@4x": 0.93, "bf+unmap2M": 0.93,     # level with its peers ...
+                  "expandable": 0.93, "expandable-eager": 0.93,
+                  "bound2M": 0.99})                           # ... yet below 0.95 - 0.005
+    bold, dagger = table.misses(row)
+    assert bold == {"pool"}
+    assert dagger == {"paged2M@4x"}
+    md = table.markdown([row]).splitlines()
+    assert md[0].count("|") == md[2].count("|") == len(table.COLUMNS) + 3
+    assert md[2].startswith("| \\*t | 64.0 | **0.980** | 0.986 |")
+    assert "0.930\u2020" in md[2]
