@@ -20,7 +20,7 @@ import ascmem.trace as tr
 from ascmem import _replay_peers as peers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from frugality_table import traces  # noqa: E402  (the table's own trace list)
+from frugality_table import selected  # noqa: E402  (the table's own trace list)
 
 RESOLUTION = 64 << 10
 
@@ -52,9 +52,7 @@ def main(argv=None):
     cols = ["pool"] + [f"bestfit{u}" for u in units]
     print(f"{'trace':24s}{'peak MiB':>9s}" + "".join(f"{c:>12s}" for c in cols) + f"{'bf spread':>11s}")
     rows = []
-    for t, held in traces(args.paths):
-        if args.only and t.name not in args.only:
-            continue
+    for t, held in selected(args.paths, args.only):
         r = row(t, units)
         r["heldout"] = held
         spread = max(r[c] for c in cols[1:]) - min(r[c] for c in cols[1:])

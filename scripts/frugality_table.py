@@ -52,6 +52,13 @@ def traces(extra):
     return out
 
 
+def selected(extra, only):
+    """traces(extra), only those named in only (all when it is empty)."""
+    for t, held in traces(extra):
+        if not only or t.name in only:
+            yield t, held
+
+
 def row(t, resolution):
     peak = t.peak_live()
     r = {"trace": t.name, "peak_live": peak}
@@ -145,9 +152,7 @@ def main(argv=None):
           f"the placement chosen from the trace itself")
     print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))
     rows = []
-    for t, held in traces(args.paths):
-        if args.only and t.name not in args.only:
-            continue
+    for t, held in selected(args.paths, args.only):
         r = row(t, resolution)
         r["held_out"] = held
         rows.append(r)

@@ -2,6 +2,7 @@
 pools, the repository's paths, a child-interpreter runner, and the fixtures.
 Test files import these (`from conftest import MiB, run_child`): pytest puts
 this directory on sys.path, which also makes fake_acl importable everywhere."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -27,6 +28,14 @@ def make_pool(size=64 * MiB):
 
 def make_buddy(size=64 * MiB):
     return ascmem.BuddyAllocator(size, base=BASE)
+
+
+def load_script(name):
+    """scripts/NAME.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_child(code, timeout=120, env=None):

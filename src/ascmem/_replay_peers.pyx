@@ -78,36 +78,36 @@ cdef int _free_thunk(object peer, uint64_t addr) noexcept:
     return (<_Peer>peer).c_free(addr)
 
 
-cdef int _peer_alloc(_Peer peer, uint64_t size, uint64_t *addr) except -1:
-    """peer.c_alloc, with the host's out-of-memory as MemoryError."""
+cdef int _refuse_if_lost(_Peer peer) except -1:
     if peer.lost:
         raise MemoryError(_lost_text(peer))
-    cdef int st = _guarded_alloc(_alloc_thunk, peer, size, addr)
+    return 0
+
+
+cdef int _lost_if_caught(_Peer peer, int st) except -1:
+    """st, or MemoryError (the peer marked lost) when a guard caught bad_alloc."""
     if st < 0:
         peer.lost = True
         raise MemoryError(_lost_text(peer))
     return st
+
+
+cdef int _peer_alloc(_Peer peer, uint64_t size, uint64_t *addr) except -1:
+    """peer.c_alloc, with the host's out-of-memory as MemoryError."""
+    _refuse_if_lost(peer)
+    return _lost_if_caught(peer, _guarded_alloc(_alloc_thunk, peer, size, addr))
 
 
 cdef int _peer_free(_Peer peer, uint64_t addr) except -1:
     """peer.c_free, with the host's out-of-memory as MemoryError."""
-    if peer.lost:
-        raise MemoryError(_lost_text(peer))
-    cdef int st = _guarded_free(_free_thunk, peer, addr)
-    if st < 0:
-        peer.lost = True
-        raise MemoryError(_lost_text(peer))
-    return st
+    _refuse_if_lost(peer)
+    return _lost_if_caught(peer, _guarded_free(_free_thunk, peer, addr))
 
 
 cdef int _peer_call(_Peer peer, _void_fn f) except -1:
     """f(peer), with the host's out-of-memory as MemoryError."""
-    if peer.lost:
-        raise MemoryError(_lost_text(peer))
-    if _guarded_void(f, peer) < 0:
-        peer.lost = True
-        raise MemoryError(_lost_text(peer))
-    return 0
+    _refuse_if_lost(peer)
+    return _lost_if_caught(peer, _guarded_void(f, peer))
 
 
 def _lost_text(peer):

@@ -1,6 +1,5 @@
 """scripts/bestfit_units.py: best fit's efficiency at each rounding unit beside
 the Pool's (issue 42: how far the reference itself moves with its unit)."""
-import importlib.util
 import json
 import os
 
@@ -8,20 +7,12 @@ import pytest
 
 import ascmem.trace as tr
 from ascmem.emulations.reference import BestFit
-from conftest import ROOT
+from conftest import ROOT, load_script
 
-SCRIPT = os.path.join(ROOT, "scripts", "bestfit_units.py")
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("bestfit_units", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_rows_are_the_pool_and_best_fit_at_each_unit():
-    script = load_script()
+    script = load_script("bestfit_units")
     t = tr.example("seq2seq_generate")
     row = script.row(t, [64, 4096])
     res = script.RESOLUTION
@@ -33,7 +24,7 @@ def test_rows_are_the_pool_and_best_fit_at_each_unit():
 
 
 def test_main_prints_and_writes_the_rows_asked_for(tmp_path, capsys):
-    script = load_script()
+    script = load_script("bestfit_units")
     out = tmp_path / "rows.json"
     assert script.main(["--units", "64,512", "--only", "seq2seq_generate", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
@@ -45,5 +36,5 @@ def test_main_prints_and_writes_the_rows_asked_for(tmp_path, capsys):
 @pytest.mark.parametrize("units", ["64,x", "0", "-64"])
 def test_bad_units_are_a_usage_error(units):
     with pytest.raises(SystemExit) as e:
-        load_script().main(["--units", units, "--only", "none"])
+        load_script("bestfit_units").main(["--units", units, "--only", "none"])
     assert e.value.code == 2

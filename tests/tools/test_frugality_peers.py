@@ -1,13 +1,8 @@
 """torch_npu's expandable segments in the frugality tables (issue 42, item 3):
 `ascmem bench`'s physical-efficiency table and scripts/frugality_table.py."""
-import importlib.util
-import os
-
 import ascmem.trace as tr
 from ascmem.tools.bench import expandable_eager_efficiency
-from conftest import ROOT
-
-SCRIPT = os.path.join(ROOT, "scripts", "frugality_table.py")
+from conftest import load_script
 
 
 def test_eager_expandable_segments_are_peak_live_over_peak_mapped():
@@ -22,9 +17,7 @@ def test_eager_expandable_segments_are_peak_live_over_peak_mapped():
 
 
 def test_the_frugality_table_has_both_expandable_columns():
-    spec = importlib.util.spec_from_file_location("frugality_table", SCRIPT)
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = load_script("frugality_table")
     assert {"expandable", "expandable-eager"} <= set(table.COLUMNS)
     t = tr.example("seq2seq_generate")
     row = table.row(t, 1 << 20)
@@ -32,15 +25,8 @@ def test_the_frugality_table_has_both_expandable_columns():
     assert row["expandable-eager"] == expandable_eager_efficiency(t)
 
 
-def _table():
-    spec = importlib.util.spec_from_file_location("frugality_table", SCRIPT)
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
-    return table
-
-
 def test_the_markdown_table_bolds_what_misses_a_peer_and_daggers_the_absolute_target():
-    table = _table()
+    table = load_script("frugality_table")
     row = {c: 0.99 for c in table.COLUMNS}
     row.update(trace="t", peak_live=64 << 20, held_out=True, bestfit=0.99,
                **{"pool": 0.98, "pool@planned": 0.986,       # 0.010 and 0.004 below best fit
