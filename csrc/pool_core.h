@@ -258,6 +258,30 @@ void ascm_slab_sync_live(ascm_pool *p);
  * points with no call (pool.c, alloc_locked and free_locked): the call
  * overhead was a tenth of a small pair's instructions. */
 
+/* A spare is stranded when free space lies on both sides of it: no new slab
+ * lands there (slabs take the high end of a large free region or the low end
+ * of a smaller one; an alignment gap below is not free space), so the blocks
+ * around it have left since it was placed, and reused in place it would split
+ * the free region they left for as long as its class stays in use
+ * (docs/ARCHITECTURE.md, Note [Slabs], "Stranded spares").  The kept block
+ * counts as free: it is, to best fit, as soon as the next large request
+ * comes.  Spares exist only in contiguous pools. */
+static inline int ascm_fit_free_space(const ascm_pool *p, uint32_t node, uint32_t min_units) {
+    return node && (p->fit.nodes[node].is_free || node == p->last_freed) &&
+           p->fit.nodes[node].len >= min_units;
+}
+
+static inline int ascm_slab_spare_stranded(const ascm_pool *p, const ascm_slab *s) {
+    const ascm_fit_node *x = &p->fit.nodes[s->node];
+    return ascm_fit_free_space(p, x->next_phys, 1) &&
+           ascm_fit_free_space(p, x->prev_phys, 1u << (p->sgshift - p->gshift));
+}
+
+/* Releases class cls's stranded spare (its partial list's head) and gives
+ * the slab to use instead: another of the class's partial slabs, or a new
+ * one placed as any new slab is (slab.c). */
+int ascm_slab_replace_spare(ascm_pool *p, int cls, uint32_t *out);
+
 /* Takes a free slot of class cls out of its slab (not live yet). */
 static inline int ascm_slab_take(ascm_pool *p, int cls, uint32_t *slab, uint32_t *slot_out) {
     ascm_slab_class *k = &p->classes[cls];
@@ -268,8 +292,15 @@ static inline int ascm_slab_take(ascm_pool *p, int cls, uint32_t *slab, uint32_t
     }
     ascm_slab *s = p->slabs[si];
     if (s->nfree == s->count) {
-        k->empty--;
-        p->empty_slabs--;
+        if (ASCM_UNLIKELY(ascm_slab_spare_stranded(p, s))) {
+            int st = ascm_slab_replace_spare(p, cls, &si);
+            if (st != ASCM_OK) return st;
+            s = p->slabs[si];
+        }
+        if (s->nfree == s->count) { /* a spare (or a new slab) taken back into use */
+            k->empty--;
+            p->empty_slabs--;
+        }
     }
     uint32_t w = s->hint;
     while (s->bits[w] == ~0ull) w++;

@@ -262,6 +262,18 @@ static void slab_release(ascm_pool *p, uint32_t si) {
     make_idle(p, s);
 }
 
+int ascm_slab_replace_spare(ascm_pool *p, int cls, uint32_t *out) {
+    ascm_slab_class *k = &p->classes[cls];
+    slab_release(p, k->partial);
+    k->empty--;
+    p->empty_slabs--;
+    if (k->partial) {
+        *out = k->partial;
+        return ASCM_OK;
+    }
+    return ascm_slab_new(p, cls, out);
+}
+
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested) {
     const ascm_slab *s = ascm_slab_of(p, off);
     if (!s) return ASCM_ERR_BADFREE;
