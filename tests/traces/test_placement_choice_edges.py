@@ -3,7 +3,10 @@
 import subprocess
 import sys
 
+import pytest
+
 from ascmem import trace as tr
+from ascmem.errors import OutOfMemoryError
 
 
 def _empty_trace(tmp_path):
@@ -25,3 +28,13 @@ def test_fit_paged_on_a_trace_that_maps_nothing_exits_0(tmp_path):
                         str(_empty_trace(tmp_path))], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert '"placement": "granules"' in r.stdout
+
+
+def test_a_range_too_small_for_the_trace_is_out_of_memory_not_a_figure():
+    # a replay whose allocations fail holds fewer blocks live: its peak
+    # mapped is another run's, and a placement chosen by it means nothing
+    t = tr.example(tr.example_names()[0])
+    with pytest.raises(OutOfMemoryError, match="larger range_size"):
+        tr.physical_efficiency(t, range_size=2 << 20)
+    with pytest.raises(OutOfMemoryError):
+        tr.choose_placement(t, range_size=2 << 20)
