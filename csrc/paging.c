@@ -358,5 +358,8 @@ int ascm_paging_check(const ascm_paging *g, const uint8_t *page_used, char *msg,
     if (kept > g->threshold_pages) return ascm_fail(msg, msglen, "more granules kept than the threshold");
     if (g->threshold_pages < g->floor_pages || g->threshold_pages > g->cap_pages)
         return ascm_fail(msg, msglen, "the release threshold is outside its floor and cap");
+    if (g->given_back > g->cap_pages || g->period_shift < 1 || g->period_shift > PERIOD_SHIFT_MAX ||
+        g->suspect > SUSPECT_PERIODS)
+        return ascm_fail(msg, msglen, "the adaptive threshold's counters are out of range");
     return ascm_hbm_check(&g->kept, msg, msglen);
 }

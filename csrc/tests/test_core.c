@@ -857,6 +857,40 @@ static void test_check_detects_corruption(void) {
     ascm_pool_destroy(p);
 }
 
+/* check() covers the state the placement choice and the adaptive threshold
+ * added: a placement byte of the other kind of pool (a paged pool's kept
+ * block would go to a one-region scan), and the adaptive counters. */
+static void test_check_detects_bad_placement_and_adaptive_state(void) {
+    ascm_pool *c, *g;
+    ascm_pool_config cc = {.base = 1u << 30, .size = 8u << 20, .min_block = 4096};
+    ascm_pool_config gc = {.base = 1ull << 36, .size = 64u << 20, .min_block = 4096,
+                           .page_size = 2u << 20, .paged = 1, .release_threshold = 4u << 20};
+    CHECK(ascm_pool_create(&cc, &c) == ASCM_OK);
+    CHECK(ascm_pool_create(&gc, &g) == ASCM_OK);
+    CHECK(ascm_pool_set_release_cap(g, 16u << 20) == ASCM_OK);
+    POOL_OK(c);
+    POOL_OK(g);
+    c->placement = ASCM_PLACE_PACKED;
+    CHECK(ascm_pool_check(c, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    c->placement = 9;
+    CHECK(ascm_pool_check(c, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    c->placement = ASCM_PLACE_LOWEST_EQUAL;
+    POOL_OK(c);
+    g->placement = ASCM_PLACE_LOWEST_EQUAL;
+    CHECK(ascm_pool_check(g, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    g->placement = ASCM_PLACE_PACKED;
+    POOL_OK(g);
+    g->paging->given_back = g->paging->cap_pages + 1;
+    CHECK(ascm_pool_check(g, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    g->paging->given_back = 0;
+    g->paging->period_shift = 0;
+    CHECK(ascm_pool_check(g, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    g->paging->period_shift = 1;
+    POOL_OK(g);
+    ascm_pool_destroy(c);
+    ascm_pool_destroy(g);
+}
+
 /* A growable kind: the hook hands out 8 MiB chunks from a fake upstream of
  * four; empty chunks go back; a request for the whole upstream then fits. */
 typedef struct fake_upstream {
@@ -1702,6 +1736,7 @@ int main(void) {
         {"device_aligned_requests", test_device_aligned_requests},
         {"device_free_kind_hint", test_device_free_kind_hint},
         {"check_detects_corruption", test_check_detects_corruption},
+        {"check_detects_bad_placement_and_adaptive_state", test_check_detects_bad_placement_and_adaptive_state},
         {"device_reset_and_close_under_raw_callers", test_device_reset_and_close_under_raw_callers},
         {"device_guards", test_device_guards},
         {"fork_while_threads_hold_locks", test_fork_while_threads_hold_locks},

@@ -59,6 +59,12 @@ cdef extern from *:
     static uint64_t *ascm_peer_map_slot(std::unordered_map<uint64_t, uint64_t> &m, uint64_t k) {
         return &m[k];
     }
+    /* Cython's own declarations of set::insert and vector::push_back are
+     * `except +`: it catches their bad_alloc itself, and in a noexcept
+     * method only prints "Exception ignored" and goes on with the element
+     * lost.  Called through these, the exception reaches the guards. */
+    template <class C, class V> static inline void ascm_peer_insert(C &c, const V &v) { c.insert(v); }
+    template <class C, class V> static inline void ascm_peer_push_back(C &c, const V &v) { c.push_back(v); }
     """
     ctypedef int (*_alloc_fn "ascm_peer_alloc_fn")(object, uint64_t, uint64_t *) noexcept
     ctypedef int (*_free_fn "ascm_peer_free_fn")(object, uint64_t) noexcept
@@ -68,6 +74,7 @@ cdef extern from *:
     int _guarded_void "ascm_peer_guarded_void"(_void_fn, object) noexcept
     void _throw_bad_alloc "ascm_peer_throw_bad_alloc"() noexcept
     uint64_t *_map_slot "ascm_peer_map_slot"(unordered_map[uint64_t, uint64_t] &, uint64_t) except +
+    void _insert "ascm_peer_insert"(FreeSet &, SizeAddr) noexcept
 
 
 cdef int _alloc_thunk(object peer, uint64_t size, uint64_t *addr) noexcept:
@@ -227,7 +234,7 @@ cdef class BestFit(_Peer):
     cdef inline void _add_free(self, uint64_t off, uint64_t size) noexcept:
         self.free_at[off] = size
         self.free_end[off + size] = off
-        self.by_size.insert(SizeAddr(size, off))
+        _insert(self.by_size, SizeAddr(size, off))
 
     cdef inline uint64_t _remove_free(self, uint64_t off) noexcept:
         cdef uint64_t size = self.free_at[off]

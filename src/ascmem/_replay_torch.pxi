@@ -24,6 +24,10 @@ cdef struct _TBlock:
     bint allocated, small, mapped, listed
 
 
+cdef extern from *:  # the guards must see its bad_alloc (ascm_peer_push_back, _replay_peers.pyx)
+    void _push_block "ascm_peer_push_back"(vector[_TBlock *] &, _TBlock *) noexcept
+
+
 cdef _TBlock *_new_block(uint64_t addr, uint64_t size, bint small, bint mapped) noexcept:
     cdef _TBlock *b = <_TBlock *>malloc(sizeof(_TBlock))
     if b is NULL:  # as the containers do: caught at the edge of the call (_peer_alloc)
@@ -155,7 +159,7 @@ cdef class TorchCachingAllocator(_TorchPeer):
             block.next = rest
             block.size = size
             self.blocks[rest.addr] = rest
-            self._free_of(small).insert(SizeAddr(rest.size, rest.addr))
+            _insert(self._free_of(small)[0], SizeAddr(rest.size, rest.addr))
         block.allocated = True
         block.stamp = self.clock
         self.allocated += block.size
@@ -196,7 +200,7 @@ cdef class TorchCachingAllocator(_TorchPeer):
         while it != self.blocks.end():
             b = deref(it).second
             if not b.allocated and b.prev is NULL and b.next is NULL:
-                whole.push_back(b)
+                _push_block(whole, b)
             inc(it)
         for b in whole:
             self._free_of(b.small).erase(SizeAddr(b.size, b.addr))
@@ -230,7 +234,7 @@ cdef class TorchCachingAllocator(_TorchPeer):
                 c_free_mem(other)
         self.blocks.erase(addr)
         self.blocks[block.addr] = block
-        self._free_of(block.small).insert(SizeAddr(block.size, block.addr))
+        _insert(self._free_of(block.small)[0], SizeAddr(block.size, block.addr))
         return _OK
 
     def _oom_text(self):
@@ -249,6 +253,10 @@ cdef inline uint64_t _allocation_size(uint64_t size) noexcept:
 # ---- expandable segments (ascmem.emulations.torch_expandable.TorchExpandableSegments) --------------
 
 ctypedef cset[uint64_t] AddrSet
+
+cdef extern from *:  # the guards must see their bad_alloc (ascm_peer_insert, _replay_peers.pyx)
+    void _insert_addr "ascm_peer_insert"(AddrSet &, uint64_t) noexcept
+    void _push_addr "ascm_peer_push_back"(vector[uint64_t] &, uint64_t) noexcept
 
 
 cdef inline uint64_t _seg_base(bint small) noexcept:
@@ -279,9 +287,9 @@ cdef class TorchExpandableSegments(_TorchPeer):
 
     cdef void _list(self, _TBlock *b) noexcept:
         if b.mapped:
-            self._free_of(b.small).insert(SizeAddr(b.size, b.addr))
+            _insert(self._free_of(b.small)[0], SizeAddr(b.size, b.addr))
         else:
-            self._unmapped_of(b.small).insert(b.addr)
+            _insert_addr(self._unmapped_of(b.small)[0], b.addr)
         b.listed = True
 
     cdef void _unlist(self, _TBlock *b) noexcept:
@@ -467,7 +475,7 @@ cdef class TorchExpandableSegments(_TorchPeer):
             addrs.clear()
             it = free.begin()
             while it != free.end():
-                addrs.push_back(deref(it).second)
+                _push_addr(addrs, deref(it).second)
                 inc(it)
             for a in addrs:
                 found = self.blocks.find(a)

@@ -714,6 +714,11 @@ def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=
     holds live at its peak.  Returns (efficiency, peak mapped bytes)."""
     pool = paged_pool(trace, granule, release_threshold, range_size, placement)
     report = replay(trace, pool, progress=progress)
+    if report["failures"]:  # the figures would be those of another run, with fewer blocks live
+        raise OutOfMemoryError(f"{report['failures']} of the trace's allocations found no room in "
+                               f"the paged range of {pool.capacity} bytes: give a larger range_size")
+    if not report["peak_mapped"]:  # nothing ever mapped: nothing wasted (fit's bound says 1.0 too)
+        return 1.0, 0
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 
 
