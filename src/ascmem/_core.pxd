@@ -260,7 +260,7 @@ cdef class _DeviceReadout:
     cdef readonly object profile, mode, backend
     cdef readonly int device_id
     cdef readonly str thread_caches  # "off", "on" or "auto"
-    cdef readonly object placement  # paged devices: "granules" or "packed"; None for others
+    cdef readonly object placement  # paged devices: "granules" or "packed"; others: as a contiguous Pool's
     cdef object __weakref__
 
 

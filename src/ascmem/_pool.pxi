@@ -44,19 +44,18 @@ cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowes
 
 
 cdef object _placement_of(object name, bint paged, str paged_by=None):
-    """A pool's placement by name, its kind's default when name is None: a
-    pool takes only the placements of its kind (paged or contiguous).
-    paged_by (a Device's: how to make it paged): only a paged one chooses,
-    None for another."""
-    if not paged and paged_by is not None:
-        if name is not None:
-            raise InvalidArgumentError(f"placement applies to paged pools: {paged_by}")
-        return None
+    """A pool's or device's placement by name, its kind's default when name
+    is None: a pool takes only the placements of its kind (paged or
+    contiguous), a device those of its pools' kind.  paged_by (a Device's:
+    how to make it paged) names the way to a paged placement in the refusal
+    of one on a device that is not paged."""
     names = _PAGED_PLACEMENTS if paged else _CONTIGUOUS_PLACEMENTS
     if name is None:
         return names[0]
     if type(name) is str and name in names:
         return name
+    if not paged and paged_by is not None and type(name) is str and name in _PAGED_PLACEMENTS:
+        raise InvalidArgumentError(f"placement {name!r} applies to paged pools: {paged_by}")
     raise InvalidArgumentError(f"placement of a {'paged' if paged else 'contiguous'} pool must be "
                                f"one of {', '.join(map(repr, names))}, not {name!r}")
 
