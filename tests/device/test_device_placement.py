@@ -86,16 +86,24 @@ def test_a_chunk_added_later_takes_the_placement(placement):
         dev.check()
 
 
-@pytest.mark.parametrize("name", ["bert_train", "video_pipeline"])
+@pytest.mark.parametrize("name", ["resnet18_train", "video_pipeline"])
 def test_a_device_replays_a_shipped_trace_under_each_placement(name):
     """Each placement replays a recorded run through a Device with no
-    failure and leaves it intact; the figures ascmem plan compares."""
+    failure and leaves it intact: the figures `ascmem plan` compares.  On
+    resnet18_train best fit's choice holds 6 MiB fewer pages at the peak
+    than reuse in place; on video_pipeline the three tie."""
     t = tr.example(name)
+    peaks = {}
     for placement in tr.CONTIGUOUS_PLACEMENTS:
         with ascmem.Device("atlas-a2-training", memory=120 << 30, placement=placement) as dev:
             peak, failures, _ = tr.device_footprint(t, dev)
             assert not failures and peak >= t.peak_live()
             dev.check()
+        peaks[placement] = peak
+    if name == "resnet18_train":
+        assert peaks["kept-to-best-fit"] == peaks["kept-in-place"] - 6 * M
+    else:
+        assert len(set(peaks.values())) == 1
 
 
 @pytest.mark.parametrize("kwargs", [
