@@ -102,6 +102,13 @@ int ascm_device_set_placement(ascm_device *d, int placement) {
     return ASCM_OK;
 }
 
+int ascm_device_placement(ascm_device *d) {
+    ascm_lock_acquire(&d->chunks_lock);
+    int placement = d->placement;
+    ascm_lock_release(&d->chunks_lock);
+    return placement == ASCM_PLACE_GRANULES && !d->paged ? ASCM_PLACE_KEPT_IN_PLACE : placement;
+}
+
 uint64_t ascm_device_trim(ascm_device *d) {
     uint64_t released = 0;
     for (int k = 0; k < ASCM_KINDS; k++) {

@@ -946,6 +946,8 @@ static void test_device_contiguous_placement(void) {
     ascm_device *d;
     CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
     CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 2);
+    CHECK(ascm_device_placement(d) == ASCM_PLACE_KEPT_IN_PLACE);
+    CHECK(ascm_pool_placement(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)) == ASCM_PLACE_KEPT_IN_PLACE);
     CHECK(ascm_device_set_placement(d, ASCM_PLACE_GRANULES) == ASCM_ERR_INVAL);
     CHECK(ascm_device_set_placement(d, ASCM_PLACE_PACKED) == ASCM_ERR_INVAL);
     CHECK(ascm_device_set_placement(d, 5) == ASCM_ERR_INVAL);
@@ -955,7 +957,8 @@ static void test_device_contiguous_placement(void) {
     CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, 1ull << 41, 8u << 20) == ASCM_OK);
     CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 1, NULL, NULL)->placement == ASCM_PLACE_KEPT_TO_BEST_FIT);
     CHECK(ascm_device_reset(d, cfg.base) == ASCM_OK);
-    CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)->placement == ASCM_PLACE_KEPT_TO_BEST_FIT);
+    CHECK(ascm_device_placement(d) == ASCM_PLACE_KEPT_TO_BEST_FIT);
+    CHECK(ascm_pool_placement(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)) == ASCM_PLACE_KEPT_TO_BEST_FIT);
     CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 0);
     POOL_OK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL));
     ascm_device_destroy(d);

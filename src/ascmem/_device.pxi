@@ -129,11 +129,16 @@ cdef class Device(_DeviceReadout):
         self.thread_caches = thread_caches
         if ascm_device_set_placement(self._d, _PLACEMENTS[placement]) != ASCM_OK:
             raise InvalidArgumentError(f"placement: {placement!r}")  # refused above already
-        self.placement = placement
         _live_devices.add(self)
 
     def __reduce__(self):
         raise _not_picklable(self, "its memory and runtime belong to this process")
+
+    @property
+    def placement(self):
+        """The placement of the device's pools (``placement`` above), read
+        from the C device: one an embedder set through the capsule included."""
+        return _PLACEMENT_NAMES[ascm_device_placement(self._d)] if self._d is not NULL else None
 
     def __dealloc__(self):
         # In a reference cycle the collector may have cleared _parts (None)

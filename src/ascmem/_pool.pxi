@@ -38,6 +38,7 @@ cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_P
                          "kept-in-place": ASCM_PLACE_KEPT_IN_PLACE,
                          "kept-to-best-fit": ASCM_PLACE_KEPT_TO_BEST_FIT,
                          "lowest-equal": ASCM_PLACE_LOWEST_EQUAL}
+cdef dict _PLACEMENT_NAMES = {v: k for k, v in _PLACEMENTS.items()}
 # each kind of pool's placements, its default first (ascmem.trace has the same)
 cdef tuple _PAGED_PLACEMENTS = ("granules", "packed")
 cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
@@ -165,7 +166,6 @@ cdef class Pool:
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
         ascm_pool_set_placement(self._p, _PLACEMENTS[placement])  # of the pool's kind: OK
-        self.placement = placement
         self.base = cfg.base
         self.capacity = cfg.size
         self.min_block = cfg.min_block
@@ -321,6 +321,13 @@ cdef class Pool:
     def reset_peak_memory_stats(self):
         """PyTorch's name for reset_peaks()."""
         ascm_pool_reset_peaks(self._p)
+
+    @property
+    def placement(self):
+        """The pool's placement (its kind's: "granules" or "packed" when paged,
+        else "kept-in-place", "kept-to-best-fit" or "lowest-equal"), read from
+        the C pool: one an embedder set through the capsule included."""
+        return _PLACEMENT_NAMES[ascm_pool_placement(self._p)]
 
     @property
     def thread_caches_on(self):
