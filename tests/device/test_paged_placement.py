@@ -99,7 +99,7 @@ def test_a_paged_device_takes_a_placement_for_its_pools():
     assert mapped == {None: {32 << 20}, "packed": {30 << 20}}
 
 
-def test_a_device_that_is_not_paged_refuses_a_paged_placement():
+def test_a_device_that_is_not_paged_refuses_a_placement():
     with pytest.raises(InvalidArgumentError, match="paged=True"):
         ascmem.Device("atlas-a3", memory=8 << 30, placement="packed")
     with ascmem.Device("atlas-a3", memory=8 << 30) as d:
