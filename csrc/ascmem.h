@@ -229,6 +229,8 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
 enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1,
        ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4 };
 int ascm_pool_set_placement(ascm_pool *p, int placement);
+/* The pool's placement: one of its kind's, its default until one is set. */
+int ascm_pool_placement(ascm_pool *p);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);
@@ -434,10 +436,14 @@ uint64_t ascm_device_trim(ascm_device *d);
  * but the media (DVPP) window's, those of chunks added later included;
  * ASCM_ERR_UNSUPPORTED on a paged device, ASCM_ERR_INVAL for an unknown mode. */
 int ascm_device_set_thread_caches(ascm_device *d, int mode);
-/* The placement (ascm_pool_set_placement) of every paged pool of the
- * device, those of chunks added later included; ASCM_ERR_INVAL for an
- * unknown value, or for PACKED on a device that is not paged. */
+/* The placement (ascm_pool_set_placement) of the device's pools, those of
+ * chunks added later and those a reset makes included: on a paged device
+ * GRANULES or PACKED for its paged pools, on a device that is not paged
+ * KEPT_IN_PLACE, KEPT_TO_BEST_FIT or LOWEST_EQUAL for every pool.
+ * ASCM_ERR_INVAL for another value, or one of the other kind of device. */
 int ascm_device_set_placement(ascm_device *d, int placement);
+/* The device's placement: one of its kind's, its default until one is set. */
+int ascm_device_placement(ascm_device *d);
 /* A new chunk [base, base + size) for the kind (ranges must not overlap). */
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);
 /* Closes every chunk of the kind that holds no live block (after giving its

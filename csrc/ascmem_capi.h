@@ -27,7 +27,8 @@
  * Functions appended without a new version (older extensions still work; a
  * newer one is refused by an older ascmem, whose table is smaller):
  * pool_alloc_handle and pool_free_handle; then pool_set_thread_caches; then
- * pool_thread_caches_on. */
+ * pool_thread_caches_on; then pool_set_placement, pool_placement,
+ * device_set_placement and device_placement. */
 #define ASCM_CAPI_VERSION 4
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
@@ -58,6 +59,14 @@ typedef struct ascm_capi {
     /* thread caches (ascmem.h): ASCM_CACHES_OFF, _ON or _AUTO */
     int (*pool_set_thread_caches)(ascm_pool *p, int mode);
     int (*pool_thread_caches_on)(const ascm_pool *p); /* 1 while they are on */
+    /* placements (ascmem.h): ASCM_PLACE_*, of the pool's or device's kind
+     * (paged or contiguous), ASCM_ERR_INVAL for another; a device's applies to
+     * its pools, those of chunks added later and after a reset included, and
+     * is ASCM_ERR_CLOSED once the device is closed or while it resets */
+    int (*pool_set_placement)(ascm_pool *p, int placement);
+    int (*pool_placement)(ascm_pool *p);
+    int (*device_set_placement)(ascm_device *d, int placement);
+    int (*device_placement)(ascm_device *d);
 } ascm_capi;
 
 static const ascm_capi *ascm_api = NULL;

@@ -79,22 +79,34 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode) {
     return st;
 }
 
-/* A paged device's placement reaches each of its paged pools, those of
- * chunks added later included (give_placement); the pools of kinds that are
- * not paged have none.  chunks_lock before a pool's lock, as in
- * ascm_device_release_empty. */
+/* A device's placement reaches each of its pools that can take it, those of
+ * chunks added later included (give_placement): a paged device takes a paged
+ * placement for its paged pools (its kinds that are not paged keep their
+ * default), a device that is not paged a contiguous one for every pool of
+ * every kind.  The other kind's placements are refused: the device would
+ * hold a placement none of its pools has.  chunks_lock before a pool's lock,
+ * as in ascm_device_release_empty. */
 int ascm_device_set_placement(ascm_device *d, int placement) {
-    if (placement != ASCM_PLACE_GRANULES && placement != ASCM_PLACE_PACKED) return ASCM_ERR_INVAL;
-    if (placement == ASCM_PLACE_PACKED && !d->paged) return ASCM_ERR_INVAL;
+    int paged_one = placement == ASCM_PLACE_GRANULES || placement == ASCM_PLACE_PACKED;
+    int contiguous_one = placement == ASCM_PLACE_KEPT_IN_PLACE ||
+                         placement == ASCM_PLACE_KEPT_TO_BEST_FIT || placement == ASCM_PLACE_LOWEST_EQUAL;
+    if (d->paged ? !paged_one : !contiguous_one) return ASCM_ERR_INVAL;
     ascm_lock_acquire(&d->chunks_lock);
     d->placement = placement;
     for (int k = 0; k < ASCM_KINDS; k++) {
         chunk_table *t = table_of(d, k);
-        for (uint32_t i = 0; t && i < t->n; i++) /* ASCM_ERR_INVAL: a pool that is not paged */
+        for (uint32_t i = 0; t && i < t->n; i++) /* ASCM_ERR_INVAL: a pool of the other kind */
             (void)ascm_pool_set_placement(t->c[i].pool, placement);
     }
     ascm_lock_release(&d->chunks_lock);
     return ASCM_OK;
+}
+
+int ascm_device_placement(ascm_device *d) {
+    ascm_lock_acquire(&d->chunks_lock);
+    int placement = d->placement;
+    ascm_lock_release(&d->chunks_lock);
+    return placement == ASCM_PLACE_GRANULES && !d->paged ? ASCM_PLACE_KEPT_IN_PLACE : placement;
 }
 
 uint64_t ascm_device_trim(ascm_device *d) {

@@ -67,7 +67,7 @@ struct ascm_device {
     int host_is_device; /* RC mode: aclrtMallocHost is device memory (route, new_pool: device.c) */
     uint64_t release_threshold, release_threshold_max;
     int caches_mode;      /* ASCM_CACHES_* of every pool, under chunks_lock (device_chunks.c) */
-    int placement;        /* ASCM_PLACE_* of its paged pools, under chunks_lock (device_chunks.c) */
+    int placement;        /* ASCM_PLACE_* of its pools, under chunks_lock (device_chunks.c) */
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
     /* blocks the Python layer tracks, which the GIL-free free refuses
@@ -127,8 +127,9 @@ static inline int give_caches_mode(const ascm_device *d, int k, ascm_pool *p) {
     return mode == ASCM_CACHES_OFF ? ASCM_OK : ascm_pool_set_thread_caches(p, mode);
 }
 
-/* A new pool takes the device's placement (ascm_device_set_placement); one
- * that is not paged has none to take (ASCM_ERR_INVAL, ignored). */
+/* A new pool takes the device's placement (ascm_device_set_placement); a
+ * contiguous pool of a paged device has none to take (ASCM_ERR_INVAL,
+ * ignored).  GRANULES (0) is every new pool's own default. */
 static inline void give_placement(const ascm_device *d, ascm_pool *p) {
     if (d->placement != ASCM_PLACE_GRANULES) (void)ascm_pool_set_placement(p, d->placement);
 }

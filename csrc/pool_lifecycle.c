@@ -175,6 +175,15 @@ int ascm_pool_set_placement(ascm_pool *p, int placement) {
     return ASCM_OK;
 }
 
+/* A new pool's 0 is its kind's default: GRANULES for a paged pool,
+ * KEPT_IN_PLACE (which the pool reads 0 as, pool.c) for a contiguous one. */
+int ascm_pool_placement(ascm_pool *p) {
+    ascm_pool_lock(p);
+    int placement = p->placement;
+    ascm_pool_unlock(p);
+    return placement == ASCM_PLACE_GRANULES && !p->paging ? ASCM_PLACE_KEPT_IN_PLACE : placement;
+}
+
 int ascm_pool_set_release_cap(ascm_pool *p, uint64_t cap) {
     if (!p->paging) return ASCM_ERR_INVAL;
     int whole = ascm_pool_lock_whole(p);

@@ -951,6 +951,53 @@ static void test_device_chunks(void) {
     ascm_device_destroy(d);
 }
 
+/* A device that is not paged takes a contiguous placement for every pool:
+ * its first chunk's, one added later and one a reset makes.  Under
+ * KEPT_TO_BEST_FIT a 1 MiB request after frees at 0 and 2 MiB (the kept
+ * block) lands at 0, where the default reuses the kept block at 2 MiB
+ * (test_contiguous_placements' "equal" layout).  A paged placement and
+ * other values are refused. */
+static uint64_t device_place_after_kept(ascm_device *d, uint64_t base) {
+    const uint64_t M = 1u << 20;
+    uint64_t a[4], got;
+    int kind, events;
+    for (int i = 0; i < 4; i++)
+        CHECK(ascm_device_malloc(d, M, 2, ASCM_SIZE_MALLOC, &a[i], &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_free(d, a[0], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    CHECK(ascm_device_free(d, a[2], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    CHECK(ascm_device_malloc(d, M, 2, ASCM_SIZE_MALLOC, &got, &kind, &events) == ASCM_OK);
+    CHECK(ascm_device_free(d, got, 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    CHECK(ascm_device_free(d, a[1], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    CHECK(ascm_device_free(d, a[3], 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+    return (got - base) >> 20;
+}
+
+static void test_device_contiguous_placement(void) {
+    ascm_device_config cfg = {.min_block = 4096};
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 40;
+    cfg.size[ASCM_KIND_NORMAL] = 64u << 20;
+    cfg.budget.shared = 1ull << 30;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 2);
+    CHECK(ascm_device_placement(d) == ASCM_PLACE_KEPT_IN_PLACE);
+    CHECK(ascm_pool_placement(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)) == ASCM_PLACE_KEPT_IN_PLACE);
+    CHECK(ascm_device_set_placement(d, ASCM_PLACE_GRANULES) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_set_placement(d, ASCM_PLACE_PACKED) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_set_placement(d, 5) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_set_placement(d, -1) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_set_placement(d, ASCM_PLACE_KEPT_TO_BEST_FIT) == ASCM_OK);
+    CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 0);
+    CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, 1ull << 41, 8u << 20) == ASCM_OK);
+    CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 1, NULL, NULL)->placement == ASCM_PLACE_KEPT_TO_BEST_FIT);
+    CHECK(ascm_device_reset(d, cfg.base) == ASCM_OK);
+    CHECK(ascm_device_placement(d) == ASCM_PLACE_KEPT_TO_BEST_FIT);
+    CHECK(ascm_pool_placement(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)) == ASCM_PLACE_KEPT_TO_BEST_FIT);
+    CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 0);
+    POOL_OK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL));
+    ascm_device_destroy(d);
+}
+
 /* A device of two kinds, 16 MiB of huge pages and 16 MiB of normal ones;
  * the caller sets the budget. */
 static ascm_device_config huge_and_normal(void) {
@@ -1727,6 +1774,7 @@ int main(void) {
         {"paged_granule_placement", test_paged_granule_placement},
         {"paged_packed_placement", test_paged_packed_placement},
         {"contiguous_placements", test_contiguous_placements},
+        {"device_contiguous_placement", test_device_contiguous_placement},
         {"paged_mapped_first", test_paged_mapped_first},
         {"pool_batch", test_pool_batch},
         {"exhaustion_soak", test_exhaustion_soak},

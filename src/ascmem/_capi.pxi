@@ -25,6 +25,10 @@ cdef extern from "ascmem_capi.h":
         int (*pool_free_handle)(ascm_pool *, uint64_t) noexcept nogil
         int (*pool_set_thread_caches)(ascm_pool *, int) noexcept nogil
         int (*pool_thread_caches_on)(const ascm_pool *) noexcept nogil
+        int (*pool_set_placement)(ascm_pool *, int) noexcept nogil
+        int (*pool_placement)(ascm_pool *) noexcept nogil
+        int (*device_set_placement)(ascm_device *, int) noexcept nogil
+        int (*device_placement)(ascm_device *) noexcept nogil
 
 
 cdef ascm_pool *_capi_pool_of(PyObject *o) noexcept:
@@ -61,6 +65,17 @@ cdef int _capi_device_malloc(ascm_device *d, uint64_t size, uint32_t policy, int
     return st
 
 
+cdef int _capi_device_set_placement(ascm_device *d, int placement) noexcept nogil:
+    """Through the gate, as the capsule's other device calls: a reset or
+    close does not swap the device's pools under it."""
+    cdef int st
+    if not ascm_device_enter(d):
+        return ASCM_ERR_CLOSED
+    st = ascm_device_set_placement(d, placement)
+    ascm_device_leave(d)
+    return st
+
+
 cdef ascm_capi _capi
 _capi.version = ASCM_CAPI_VERSION
 _capi.size = sizeof(ascm_capi)
@@ -80,5 +95,9 @@ _capi.pool_alloc_handle = ascm_pool_alloc_handle
 _capi.pool_free_handle = ascm_pool_free_handle
 _capi.pool_set_thread_caches = ascm_pool_set_thread_caches
 _capi.pool_thread_caches_on = ascm_pool_thread_caches_on
+_capi.pool_set_placement = ascm_pool_set_placement
+_capi.pool_placement = ascm_pool_placement
+_capi.device_set_placement = _capi_device_set_placement
+_capi.device_placement = ascm_device_placement
 
 _C_API = PyCapsule_New(<void *>&_capi, "ascmem._core._C_API", NULL)

@@ -82,6 +82,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_free_handle(ascm_pool *p, ascm_handle h)
     int ascm_pool_set_thread_caches(ascm_pool *p, int mode)
     int ascm_pool_set_placement(ascm_pool *p, int placement)
+    int ascm_pool_placement(ascm_pool *p)
     int ascm_pool_thread_caches_on(const ascm_pool *p)
     enum:
         ASCM_CACHES_OFF
@@ -183,6 +184,7 @@ cdef extern from "ascmem.h" nogil:
     uint64_t ascm_device_trim(ascm_device *d)
     int ascm_device_set_thread_caches(ascm_device *d, int mode)
     int ascm_device_set_placement(ascm_device *d, int placement)
+    int ascm_device_placement(ascm_device *d)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
     ascm_pool *ascm_device_pool(ascm_device *d, int kind)
@@ -238,7 +240,6 @@ cdef class Pool:
     cdef readonly uint64_t granule, release_threshold  # paged pools; 0 for contiguous ones
     cdef bint _closed
     cdef readonly str thread_caches  # "off", "on" or "auto"
-    cdef readonly object placement  # "granules" or "packed" (paged); "kept-in-place", "kept-to-best-fit" or "lowest-equal"
     # C-level entry points for other Cython extensions (through the type's
     # vtable, so they need no link to this module): no Python call, no GIL.
     # They return an ascm_status (0 = ASCM_OK).
@@ -260,7 +261,6 @@ cdef class _DeviceReadout:
     cdef readonly object profile, mode, backend
     cdef readonly int device_id
     cdef readonly str thread_caches  # "off", "on" or "auto"
-    cdef readonly object placement  # paged devices: "granules" or "packed"; None for others
     cdef object __weakref__
 
 

@@ -77,7 +77,7 @@ class Device:
     backend: str
     device_id: int
     thread_caches: str
-    placement: Optional[str]
+    placement: str
     def __init__(self, model: Union[str, Profile] = "atlas-inference", *, mode: Optional[str] = None,
                  backend: str = "sim", device_id: _Int = 0, memory: Optional[_Int] = None,
                  free_os_memory: Optional[_Int] = None, aicpu_cache: Optional[_Int] = None,

@@ -60,10 +60,15 @@ cdef class Device(_DeviceReadout):
     allocate without the GIL (the pluggable allocator, ``cimport``, the C
     API).  Statistics, ``check()`` and walks flush them first.  Not with
     ``paged``.  The default (None) is "auto", "off" with ``paged``.
-    ``placement``: with paged, where each kind's pools place blocks of a
-    granule or more, as ``Pool(placement=...)``: "granules" (the default) or
-    "packed" (``ascmem.trace.choose_placement`` picks one from a recorded
-    run).  Refused without paged.
+    ``placement``: where each kind's pools place blocks, as
+    ``Pool(placement=...)``, for the pools of chunks added later and after a
+    reset too.  With paged, blocks of a granule or more: "granules" (the
+    default) or "packed" (``ascmem.trace.choose_placement`` picks one from a
+    recorded run).  Without paged, a request of the last large block freed's
+    size, for every pool of every kind: "kept-in-place" (the default),
+    "kept-to-best-fit" or "lowest-equal"
+    (``ascmem.trace.choose_contiguous_placement`` picks one).  A placement of
+    the other kind is refused; ``placement`` is the one in use.
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
@@ -122,13 +127,18 @@ cdef class Device(_DeviceReadout):
         if ascm_device_set_thread_caches(self._d, caches) != ASCM_OK:
             raise InvalidArgumentError(f"thread_caches: {thread_caches!r}")  # refused above already
         self.thread_caches = thread_caches
-        if placement is not None:
-            ascm_device_set_placement(self._d, _PLACEMENTS[placement])
-        self.placement = placement
+        if ascm_device_set_placement(self._d, _PLACEMENTS[placement]) != ASCM_OK:
+            raise InvalidArgumentError(f"placement: {placement!r}")  # refused above already
         _live_devices.add(self)
 
     def __reduce__(self):
         raise _not_picklable(self, "its memory and runtime belong to this process")
+
+    @property
+    def placement(self):
+        """The placement of the device's pools (``placement`` above), read
+        from the C device: one an embedder set through the capsule included."""
+        return _PLACEMENT_NAMES[ascm_device_placement(self._d)] if self._d is not NULL else None
 
     def __dealloc__(self):
         # In a reference cycle the collector may have cleared _parts (None)

@@ -38,25 +38,25 @@ cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_P
                          "kept-in-place": ASCM_PLACE_KEPT_IN_PLACE,
                          "kept-to-best-fit": ASCM_PLACE_KEPT_TO_BEST_FIT,
                          "lowest-equal": ASCM_PLACE_LOWEST_EQUAL}
+cdef dict _PLACEMENT_NAMES = {v: k for k, v in _PLACEMENTS.items()}
 # each kind of pool's placements, its default first (ascmem.trace has the same)
 cdef tuple _PAGED_PLACEMENTS = ("granules", "packed")
 cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
 
 
 cdef object _placement_of(object name, bint paged, str paged_by=None):
-    """A pool's placement by name, its kind's default when name is None: a
-    pool takes only the placements of its kind (paged or contiguous).
-    paged_by (a Device's: how to make it paged): only a paged one chooses,
-    None for another."""
-    if not paged and paged_by is not None:
-        if name is not None:
-            raise InvalidArgumentError(f"placement applies to paged pools: {paged_by}")
-        return None
+    """A pool's or device's placement by name, its kind's default when name
+    is None: a pool takes only the placements of its kind (paged or
+    contiguous), a device those of its pools' kind.  paged_by (a Device's:
+    how to make it paged) names the way to a paged placement in the refusal
+    of one on a device that is not paged."""
     names = _PAGED_PLACEMENTS if paged else _CONTIGUOUS_PLACEMENTS
     if name is None:
         return names[0]
     if type(name) is str and name in names:
         return name
+    if not paged and paged_by is not None and type(name) is str and name in _PAGED_PLACEMENTS:
+        raise InvalidArgumentError(f"placement {name!r} applies to paged pools: {paged_by}")
     raise InvalidArgumentError(f"placement of a {'paged' if paged else 'contiguous'} pool must be "
                                f"one of {', '.join(map(repr, names))}, not {name!r}")
 
@@ -166,7 +166,6 @@ cdef class Pool:
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
         ascm_pool_set_placement(self._p, _PLACEMENTS[placement])  # of the pool's kind: OK
-        self.placement = placement
         self.base = cfg.base
         self.capacity = cfg.size
         self.min_block = cfg.min_block
@@ -322,6 +321,13 @@ cdef class Pool:
     def reset_peak_memory_stats(self):
         """PyTorch's name for reset_peaks()."""
         ascm_pool_reset_peaks(self._p)
+
+    @property
+    def placement(self):
+        """The pool's placement (its kind's: "granules" or "packed" when paged,
+        else "kept-in-place", "kept-to-best-fit" or "lowest-equal"), read from
+        the C pool: one an embedder set through the capsule included."""
+        return _PLACEMENT_NAMES[ascm_pool_placement(self._p)]
 
     @property
     def thread_caches_on(self):

@@ -169,7 +169,24 @@ static PyObject *churn_threads(PyObject *self, PyObject *args) {
     return Py_BuildValue("ii", failed, ascm_api->pool_thread_caches_on(p));
 }
 
+/* set_placement(pool or device, placement): the capsule's setter, then its
+ * getter: (status, placement read back) */
+static PyObject *set_placement(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    int placement, st, now;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &placement)) return NULL;
+    ascm_pool *p = ascm_api->pool_of(obj);
+    ascm_device *d = p ? NULL : ascm_api->device_of(obj);
+    if (!p && !d) { PyErr_SetString(PyExc_TypeError, "not an ascmem.Pool or Device"); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    st = p ? ascm_api->pool_set_placement(p, placement) : ascm_api->device_set_placement(d, placement);
+    now = p ? ascm_api->pool_placement(p) : ascm_api->device_placement(d);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("ii", st, now);
+}
+
 static PyMethodDef methods[] = {
+    {"set_placement", set_placement, METH_VARARGS, NULL},
     {"churn_threads", churn_threads, METH_VARARGS, NULL},
     {"roundtrip", roundtrip, METH_VARARGS, NULL},
     {"handle_roundtrip", handle_roundtrip, METH_VARARGS, NULL},
@@ -280,6 +297,38 @@ def test_c_extension_threads_share_a_pool_through_thread_caches(built, mode):
     assert st["live_count"] == 0 and st["used"] == 0
     assert st["alloc_count"] == st["free_count"] == 4 * 200000
     p.check()
+
+
+def test_c_extension_sets_a_placement_through_the_capsule(built):
+    """ASCM_PLACE_* as ascmem.h numbers them; the Python objects read what
+    the embedder set.  A Device takes it for its pools: a request of the
+    kept block's size lands lower under best fit's choice
+    (tests/device/test_device_placement.py's layout)."""
+    _, capi_user = built
+    granules, packed, kept_in_place, kept_to_best_fit, lowest_equal = range(5)
+    p = ascmem.Pool(1 << 26, base=1 << 32)
+    assert capi_user.set_placement(p, lowest_equal) == (0, lowest_equal)
+    assert p.placement == "lowest-equal"
+    assert capi_user.set_placement(p, packed)[1] == lowest_equal  # refused: unchanged
+    assert capi_user.set_placement(p, packed)[0] != 0
+    assert capi_user.set_placement(p, 7)[0] != 0 and p.placement == "lowest-equal"
+    paged = ascmem.Pool(1 << 26, base=1 << 36, granule=64 << 10)
+    assert capi_user.set_placement(paged, packed) == (0, packed) and paged.placement == "packed"
+    assert capi_user.set_placement(paged, kept_to_best_fit)[0] != 0
+    with ascmem.Device("atlas-a2-training", memory=8 << 30) as d:
+        assert capi_user.set_placement(d, granules)[0] != 0 and d.placement == "kept-in-place"
+        assert capi_user.set_placement(d, kept_to_best_fit) == (0, kept_to_best_fit)
+        assert d.placement == "kept-to-best-fit"
+        a = [d.malloc(1 << 20, ascmem.Policy.NORMAL_ONLY) for _ in range(4)]
+        d.free(a[0])
+        d.free(a[2])
+        assert d.malloc(1 << 20, ascmem.Policy.NORMAL_ONLY) == a[0]
+        d.reset()
+        assert d.placement == "kept-to-best-fit"
+        d.check()
+    assert capi_user.set_placement(d, lowest_equal)[0] != 0  # closed: refused
+    with pytest.raises(TypeError):
+        capi_user.set_placement(object(), 2)
 
 
 def test_pluggable_functions_from_threads():

@@ -66,6 +66,11 @@ def cmd_plan(args):
         + f" (media {_mib(p.footprints[0].media_peak)})")
     print("(device memory held at the worst moment, in whole pages of each kind; `ascmem fit` "
           "answers another question: the smallest contiguous arena)")
+    for fp in p.footprints:
+        if fp.placements:
+            print("ascmem placements (Device(placement=...)): " + ", ".join(
+                f"{name} {_mib(peak)}" for name, peak in fp.placements.items()) +
+                f"; deploy with placement={fp.placement!r}")
     names = [fp.allocator for fp in p.footprints]
     rows, cells = [], {}
     for f in p.fits:

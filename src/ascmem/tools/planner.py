@@ -2,8 +2,11 @@
 under which allocator -- asked before deployment, or after an out-of-memory.
 
 The workload (a trace) is measured once per allocator:
-  - ascmem: replayed through a Device; its peak of device pages in use
-    (huge and normal together, at the same moment);
+  - ascmem: replayed through a Device under each placement the reference
+    Device can take (a contiguous Pool's: it is not paged); the peak of
+    device pages in use (huge and normal together, at the same moment) of
+    the placement with the smallest, the default on a tie: the
+    ``Device(placement=...)`` to deploy with;
   - torch-caching: torch_npu's caching allocator, emulated
     (ascmem.emulations.torch_caching); its peak of reserved segments;
   - torch-expandable, torch-expandable-eager: the same with expandable
@@ -47,6 +50,8 @@ class Footprint:
     media_peak: int           # of which media (DVPP) memory
     curve: list = dataclasses.field(default_factory=list, repr=False)  # bytes after each event
     complete: bool = True     # False: more than the reference device holds, so no card
+    placement: str = None     # ascmem: the Device placement of this peak, the smallest's
+    placements: dict = dataclasses.field(default_factory=dict)  # ascmem: placement -> peak
 
 
 def _bounded(fp, peak_live):
@@ -99,9 +104,7 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
     out = []
     for name in allocators:
         if name == "ascmem":
-            dev = ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY)
-            peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
-            out.append(Footprint(name, peak, media_peak, curve, complete=not failures))
+            out.append(_ascmem_footprint(trace, media_peak, curves))
         elif name.startswith("torch-"):
             alloc = tr.make_allocator(name, REFERENCE_MEMORY)  # torch-caching reads the conf
             rep = tr.replay(trace, alloc, curve=curves)
@@ -120,6 +123,24 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
         else:
             raise InvalidArgumentError(f"unknown allocator {name!r}; known: {', '.join(PEERS)}")
     return out
+
+
+def _ascmem_footprint(trace, media_peak, curves):
+    """The Footprint of a Device under the placement, of those the reference
+    Device takes (it is not paged: a contiguous Pool's), whose replay holds
+    the fewest pages at its peak; a replay that failed never wins over one
+    that did not, and the default, listed first, wins a tie."""
+    import ascmem
+    from ascmem import trace as tr
+    tried = []
+    for placement in tr.CONTIGUOUS_PLACEMENTS:
+        with ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY, placement=placement) as dev:
+            peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
+        tried.append(Footprint("ascmem", peak, media_peak, curve, complete=not failures,
+                               placement=placement))
+    best = min(tried, key=lambda fp: (not fp.complete, fp.peak))
+    best.placements = {fp.placement: fp.peak for fp in tried}
+    return best
 
 
 def _media_only(trace):
