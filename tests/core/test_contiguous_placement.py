@@ -81,7 +81,7 @@ def test_a_placement_of_the_other_kind_or_none_is_refused(kwargs):
         ascmem.Pool(64 << 20, **kwargs)
 
 
-def test_a_contiguous_device_still_takes_no_placement():
+def test_a_contiguous_device_takes_a_contiguous_placement_only():
     # named before a Device that is not paged took the contiguous placements,
     # as docs/RELIABILITY.md cites it (notes/wiring.md: to be renamed
     # test_a_contiguous_device_takes_a_contiguous_placement_only); it takes
