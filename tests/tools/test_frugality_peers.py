@@ -40,3 +40,11 @@ def test_the_markdown_table_bolds_what_misses_a_peer_and_daggers_the_absolute_ta
     assert md[0].count("|") == md[2].count("|") == len(table.COLUMNS) + 3
     assert md[2].startswith("| \\*t | 64.0 | **0.980** | 0.986 |")
     assert "0.930\u2020" in md[2]
+
+
+def test_heldout_traces_a_rule_was_chosen_on_are_not_starred():
+    table = load_script("frugality_table")
+    held = {t.name: h for t, h in table.traces([])}
+    for name in table.SEEN:
+        assert held[name] is False
+    assert held["swin_windows"] is True
