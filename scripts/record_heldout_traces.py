@@ -612,9 +612,10 @@ def early_exit_depths():
 
 
 class CachedDecoder(nn.Module):
-    """A pre-norm decoder whose keys and values are kept per layer and grown
-    by torch.cat; forward(tokens, cache) runs the new tokens over the cached
-    prefix (causal among themselves) and returns logits and the longer cache."""
+    """A pre-norm decoder whose keys and values are kept per layer, as
+    (rows, heads, length, head dim), and grown by torch.cat; forward(tokens,
+    cache) runs the new tokens of every row over its cached prefix (causal
+    among themselves) and returns logits and the longer cache."""
 
     def __init__(self, vocab, d, layers, heads):
         super().__init__()
@@ -628,17 +629,17 @@ class CachedDecoder(nn.Module):
 
     def forward(self, tokens, cache):
         past = cache[0][0].shape[2] if cache else 0
-        n, d = tokens.shape[1], self.emb.embedding_dim
+        (rows, n), d = tokens.shape, self.emb.embedding_dim
         x = self.emb(tokens) + self.pos(torch.arange(past, past + n))
         mask = torch.ones(n, past + n, dtype=torch.bool).tril(past)
         grown = []
         for i, blk in enumerate(self.blocks):
-            q, k, v = blk["qkv"](blk["n1"](x)).view(1, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            q, k, v = blk["qkv"](blk["n1"](x)).view(rows, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
             if cache:
                 k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
             grown.append((k, v))
             att = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            x = x + blk["proj"](att.transpose(1, 2).reshape(1, n, d))
+            x = x + blk["proj"](att.transpose(1, 2).reshape(rows, n, d))
             x = x + blk["mlp"](blk["n2"](x))
         return self.head(self.norm(x)), grown
 
@@ -887,43 +888,10 @@ def rnnt_transducer():
     return run
 
 
-class BatchedCachedDecoder(nn.Module):
-    """A pre-norm decoder over a batch of rows, keys and values kept per layer
-    as (rows, heads, length, head dim) and grown by torch.cat; forward(tokens,
-    cache) returns the last position's logits and the longer cache."""
-
-    def __init__(self, vocab, d, layers, heads):
-        super().__init__()
-        self.heads = heads
-        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(1024, d)
-        self.blocks = nn.ModuleList(nn.ModuleDict(dict(
-            n1=nn.LayerNorm(d), qkv=nn.Linear(d, 3 * d), proj=nn.Linear(d, d), n2=nn.LayerNorm(d),
-            mlp=nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))))
-            for _ in range(layers))
-        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
-
-    def forward(self, tokens, cache):
-        past = cache[0][0].shape[2] if cache else 0
-        rows, n = tokens.shape
-        d = self.emb.embedding_dim
-        x = self.emb(tokens) + self.pos(torch.arange(past, past + n))
-        mask = torch.ones(n, past + n, dtype=torch.bool).tril(past) if n > 1 else None
-        grown = []
-        for i, blk in enumerate(self.blocks):
-            q, k, v = blk["qkv"](blk["n1"](x)).view(rows, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-            if cache:
-                k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
-            grown.append((k, v))
-            att = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            x = x + blk["proj"](att.transpose(1, 2).reshape(rows, n, d))
-            x = x + blk["mlp"](blk["n2"](x))
-        return self.head(self.norm(x[:, -1])), grown
-
-
 def beam_search_shrinking():
     torch.manual_seed(163)
     vocab, eos = 8000, 0
-    model = BatchedCachedDecoder(vocab, 384, 6, 6).eval()
+    model = CachedDecoder(vocab, 384, 6, 6).eval()
     with torch.no_grad():  # sharper than at init, as trained, so hypotheses differ in when they end
         model.head.weight.mul_(4)
     rng = random.Random(163)
@@ -933,6 +901,7 @@ def beam_search_shrinking():
         with torch.no_grad():
             for prompt_len, beam, most in requests:
                 logits, cache = model(torch.randint(1, vocab, (1, prompt_len)), None)
+                logits = logits[:, -1]
                 scores, finished = torch.zeros(1), 0
                 for step in range(most):
                     # an end-of-sequence bias growing with length stands in for a
@@ -953,6 +922,7 @@ def beam_search_shrinking():
                     # each step, of as many rows as hypotheses are live
                     cache = [(k.index_select(0, parents), v.index_select(0, parents)) for k, v in cache]
                     logits, cache = model(tokens.unsqueeze(1), cache)
+                    logits = logits[:, -1]
     return run
 
 
