@@ -1080,7 +1080,8 @@ class FeatureTokenizer(nn.Module):
 
     def __init__(self, numeric, cardinalities, d):
         super().__init__()
-        self.weight, self.bias = nn.Parameter(torch.randn(numeric, d) * 0.1), nn.Parameter(torch.zeros(numeric, d))
+        self.weight = nn.Parameter(torch.randn(numeric, d) * 0.1)
+        self.bias = nn.Parameter(torch.zeros(numeric, d))
         self.tables = nn.ModuleList(nn.Embedding(n, d) for n in cardinalities)
         self.cls = nn.Parameter(torch.zeros(1, 1, d))
 
