@@ -1,4 +1,4 @@
-"""Records twelve model families that none of the shipped examples covers, as
+"""Records nineteen model families that none of the shipped examples covers, as
 held-out traces for judging placement (issue 42, item 5), with the same
 profiler recording as scripts/record_traces.py (its memory_events and
 to_csv), into tests/data/heldout/ (ascmem's CSV, gzip):
@@ -64,17 +64,57 @@ to_csv), into tests/data/heldout/ (ascmem's CSV, gzip):
                        candidate lists of 5-100 items a query, batches of
                        32-256 queries, and every third step retrieval of a top
                        100 over 24,576 items encoded in chunks
+  rnnt_transducer      training steps (AdamW) of an RNN-T: a 4x-subsampled
+                       2-layer LSTM encoder, an LSTM prediction network, the
+                       (batch, frames, labels + 1, 128) joint tensor and the
+                       transducer loss's forward variable run over the
+                       lattice's anti-diagonals in a Python loop; batches of
+                       2-8 utterances of 160-800 frames and 4-50 labels, each
+                       ending at its own cell
+  beam_search_shrinking beam search (beam 4-8) with a 6-layer cached decoder:
+                       every step the surviving hypotheses' KV caches are
+                       copied by index_select from their parents, and the
+                       beam shrinks as hypotheses end (when, a length bias and
+                       the scores decide); 4 requests, prompts of 16-200
+                       tokens, up to 24-48 new tokens
+  perceiver_bytes      training steps (AdamW) of a Perceiver IO over bytes: 256
+                       latents cross-attend to 256-8,192 padded input bytes,
+                       4 latent self-attention blocks, one query per input
+                       byte reads the latents back for a masked-byte loss;
+                       batches of 1-8 under a budget of 16,384 bytes
+  packed_lm_varlen     training steps (AdamW) of a 4-layer language model on
+                       packed rows: documents of long-tailed lengths packed
+                       to 512-2,048 tokens, projections over the whole row,
+                       causal attention one document at a time (split by
+                       their lengths, as varlen attention does)
+  gan_gradient_penalty WGAN-GP training: a DCGAN-style generator and a critic,
+                       each with its own Adam; critic steps with a gradient
+                       penalty (create_graph, so a double backward) until the
+                       penalty is small (2-6 steps), then a generator step;
+                       batches of 16-64 images of 64 pixels
+  tabular_ft_transformer training steps (AdamW) of an FT-Transformer: 12
+                       numeric features each scaling its own vector, 40
+                       categorical columns each with its own embedding table
+                       of 2-8,192 rows, 3 attention layers over the 53
+                       feature tokens; batches of 64-512 rows
+  seg_unet_dice        training steps (Adam) of a 3-level segmentation U-Net
+                       on random rectangular crops of 96-320 pixels a side
+                       (batch 1-8 under a pixel budget), cross entropy plus a
+                       dice loss over only the classes the crop holds
 
 They live in tests/data/heldout/, not among the package's examples, so
 that placement tuned on the examples is judged on them and not on itself:
 the first five were recorded before any placement change of issue 42, the
 next four after the placement changes then in the code and before any was
-judged or tuned on them, and the last three as a fresh sealed set once an earlier one
-was to be diagnosed, before any allocator ran on them.  Each of
-the last seven seeds torch and random itself, so it records the same trace
+judged or tuned on them, the next three as a fresh sealed set once an earlier one
+was to be diagnosed, before any allocator ran on them, and the last seven as
+another sealed set, committed before any allocator ran on them.  Each of
+the last fourteen seeds torch and random itself, so it records the same trace
 alone or with the others.  Needs torch
 (2.13.0 CPU was used):
 python scripts/record_heldout_traces.py [NAME ...]
+records the families named (all of them when none is), so a new family is
+recorded without rewriting the others' files.
 """
 import gzip
 import os
@@ -572,9 +612,10 @@ def early_exit_depths():
 
 
 class CachedDecoder(nn.Module):
-    """A pre-norm decoder whose keys and values are kept per layer and grown
-    by torch.cat; forward(tokens, cache) runs the new tokens over the cached
-    prefix (causal among themselves) and returns logits and the longer cache."""
+    """A pre-norm decoder whose keys and values are kept per layer, as
+    (rows, heads, length, head dim), and grown by torch.cat; forward(tokens,
+    cache) runs the new tokens of every row over its cached prefix (causal
+    among themselves) and returns logits and the longer cache."""
 
     def __init__(self, vocab, d, layers, heads):
         super().__init__()
@@ -588,17 +629,17 @@ class CachedDecoder(nn.Module):
 
     def forward(self, tokens, cache):
         past = cache[0][0].shape[2] if cache else 0
-        n, d = tokens.shape[1], self.emb.embedding_dim
+        (rows, n), d = tokens.shape, self.emb.embedding_dim
         x = self.emb(tokens) + self.pos(torch.arange(past, past + n))
         mask = torch.ones(n, past + n, dtype=torch.bool).tril(past)
         grown = []
         for i, blk in enumerate(self.blocks):
-            q, k, v = blk["qkv"](blk["n1"](x)).view(1, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            q, k, v = blk["qkv"](blk["n1"](x)).view(rows, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
             if cache:
                 k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
             grown.append((k, v))
             att = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            x = x + blk["proj"](att.transpose(1, 2).reshape(1, n, d))
+            x = x + blk["proj"](att.transpose(1, 2).reshape(rows, n, d))
             x = x + blk["mlp"](blk["n2"](x))
         return self.head(self.norm(x)), grown
 
@@ -773,6 +814,384 @@ def two_tower_retrieval():
     return run
 
 
+class Transducer(nn.Module):
+    """RNN-T: a convolution-subsampled (4x) LSTM encoder over audio frames, an
+    LSTM prediction network over the labels so far (blank first) and a joint
+    network over every (frame, label) pair, giving log-probabilities of shape
+    (batch, frames, labels + 1, vocabulary)."""
+
+    def __init__(self, mels=80, d=256, vocab=128, joint=256):
+        super().__init__()
+        self.sub = nn.Sequential(nn.Conv1d(mels, d, 3, 2, 1), nn.ReLU(), nn.Conv1d(d, d, 3, 2, 1), nn.ReLU())
+        self.enc = nn.LSTM(d, d, 2, batch_first=True)
+        self.emb, self.pred = nn.Embedding(vocab, d), nn.LSTM(d, d, 1, batch_first=True)
+        self.enc_out, self.pred_out = nn.Linear(d, joint), nn.Linear(d, joint)
+        self.out = nn.Linear(joint, vocab)
+
+    def forward(self, feats, labels):
+        enc = self.enc_out(self.enc(self.sub(feats.transpose(1, 2)).transpose(1, 2))[0])
+        pred = self.pred_out(self.pred(self.emb(nn.functional.pad(labels, (1, 0))))[0])  # blank = 0 first
+        return self.out(torch.tanh(enc.unsqueeze(2) + pred.unsqueeze(1))).log_softmax(-1)
+
+
+def transducer_loss(logp, labels, frames, label_lengths):
+    """-log P(labels | frames) over all alignments: the forward variable on
+    the (frame, label) lattice, one anti-diagonal at a time (a cell needs
+    only the diagonal before), each kept for backward; the blank and label
+    log-probabilities are sheared onto the diagonals first, and every
+    utterance reads its own end cell (frames - 1, label length)."""
+    batch, t_max, u1, _ = logp.shape
+    blank = logp[..., 0]  # (batch, T, U + 1)
+    emit = logp[:, :, :-1].gather(3, labels[:, None, :, None].expand(-1, t_max, -1, 1)).squeeze(3)
+    u, never = torch.arange(u1), -1e4
+    t = torch.arange(t_max + u1 - 1).unsqueeze(1) - u  # (diagonal, u): the frame of cell (t, u)
+    inside = (t >= 0) & (t < t_max)
+    into_blank = torch.where(inside & (t >= 1), blank[:, (t - 1).clamp(0, t_max - 1), u], never)
+    into_emit = torch.where(inside[:, 1:], emit[:, t[:, 1:].clamp(0, t_max - 1), u[:-1]], never)
+    alpha = torch.full((batch, u1), never)
+    alpha[:, 0] = 0
+    diagonals = [alpha]
+    for n in range(1, t_max + u1 - 1):  # cell (t, u) on diagonal n = t + u
+        emitted = nn.functional.pad(alpha[:, :-1] + into_emit[:, n], (1, 0), value=never)
+        alpha = torch.logaddexp(alpha + into_blank[:, n], emitted)
+        diagonals.append(alpha)
+    ends = [diagonals[f - 1 + n][b, n] + blank[b, f - 1, n]
+            for b, (f, n) in enumerate(zip(frames, label_lengths))]
+    return -torch.stack(ends).mean()
+
+
+def rnnt_transducer():
+    torch.manual_seed(157)
+    vocab = 128
+    model = Transducer(vocab=vocab)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    rng = random.Random(157)
+    batches = []
+    for _ in range(5):
+        batch = rng.choice((2, 4, 8))
+        frames = [rng.randint(160, 800) for _ in range(batch)]
+        labels = [rng.randint(max(4, f // 40), f // 16) for f in frames]
+        while batch * ((max(frames) + 3) // 4) * (max(labels) + 1) > 40000:  # the joint's bound
+            batch -= 1
+            frames, labels = frames[:batch], labels[:batch]
+        batches.append((frames, labels))
+
+    def run():
+        for frames, label_lengths in batches:
+            sub = [(f + 3) // 4 for f in frames]  # two stride-2 convolutions
+            labels = torch.randint(1, vocab, (len(frames), max(label_lengths)))
+            logp = model(torch.randn(len(frames), max(frames), 80), labels)
+            loss = transducer_loss(logp, labels, sub, label_lengths)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+def beam_search_shrinking():
+    torch.manual_seed(163)
+    vocab, eos = 8000, 0
+    model = CachedDecoder(vocab, 384, 6, 6).eval()
+    with torch.no_grad():  # sharper than at init, as trained, so hypotheses differ in when they end
+        model.head.weight.mul_(4)
+    rng = random.Random(163)
+    requests = [(rng.randint(16, 200), rng.choice((4, 6, 8)), rng.randint(24, 48)) for _ in range(4)]
+
+    def run():
+        with torch.no_grad():
+            for prompt_len, beam, most in requests:
+                logits, cache = model(torch.randint(1, vocab, (1, prompt_len)), None)
+                logits = logits[:, -1]
+                scores, finished = torch.zeros(1), 0
+                for step in range(most):
+                    # an end-of-sequence bias growing with length stands in for a
+                    # trained model's stopping: when each hypothesis ends, the
+                    # scores decide
+                    logits[:, eos] += 0.3 * step - 2
+                    live = beam - finished
+                    total = (scores.unsqueeze(1) + logits.log_softmax(-1)).flatten()
+                    top, idx = total.topk(min(2 * live, len(total)))
+                    ended = (idx[:live] % vocab == eos).sum().item()  # finished among the best
+                    finished += ended
+                    go = (idx % vocab != eos).nonzero().squeeze(1)[:beam - finished]
+                    if finished >= beam or len(go) == 0:
+                        break
+                    parents, tokens = idx[go] // vocab, idx[go] % vocab
+                    scores = top[go]
+                    # every surviving hypothesis takes its parent's cache: a copy
+                    # each step, of as many rows as hypotheses are live
+                    cache = [(k.index_select(0, parents), v.index_select(0, parents)) for k, v in cache]
+                    logits, cache = model(tokens.unsqueeze(1), cache)
+                    logits = logits[:, -1]
+    return run
+
+
+class Perceiver(nn.Module):
+    """Perceiver IO over bytes: a fixed array of latents cross-attends to
+    the inputs (padding masked), latent self-attention blocks, and one query
+    per input position cross-attends back to the latents for its logits."""
+
+    def __init__(self, latents=256, d=256, blocks=4, heads=8, most=8192):
+        super().__init__()
+        self.latents = nn.Parameter(torch.randn(latents, d) * 0.02)
+        self.emb, self.pos = nn.Embedding(256, d), nn.Embedding(most, d)
+        self.n_in, self.n_lat = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.read = nn.MultiheadAttention(d, 1, batch_first=True)
+        self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(d, heads, 4 * d, 0.0, batch_first=True,
+                                                               norm_first=True) for _ in range(blocks))
+        self.write = nn.MultiheadAttention(d, 1, batch_first=True)
+        self.out = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 256))
+
+    def forward(self, data, pad):
+        batch, length = data.shape
+        where = self.pos(torch.arange(length)).expand(batch, -1, -1)
+        x = self.n_in(self.emb(data) + where)
+        lat = self.latents.expand(batch, -1, -1)
+        lat = lat + self.read(self.n_lat(lat), x, x, key_padding_mask=pad, need_weights=False)[0]
+        for block in self.blocks:
+            lat = block(lat)
+        return self.out(self.write(where, lat, lat, need_weights=False)[0])
+
+
+def perceiver_bytes():
+    torch.manual_seed(167)
+    model = Perceiver()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    rng = random.Random(167)
+    batches = []
+    for _ in range(8):
+        lengths = [int(2 ** rng.uniform(8, 13)) for _ in range(rng.choice((1, 2, 4, 8)))]
+        while len(lengths) * max(lengths) > 16384:  # a token budget a batch
+            lengths.pop()
+        batches.append(lengths)
+
+    def run():
+        for lengths in batches:
+            length = max(lengths)
+            pad = torch.arange(length).unsqueeze(0) >= torch.tensor(lengths).unsqueeze(1)
+            data = torch.randint(0, 256, (len(lengths), length))
+            masked = (torch.rand(len(lengths), length) < 0.15) & ~pad  # masked-byte loss
+            logits = model(data.masked_fill(masked, 0), pad)
+            loss = nn.functional.cross_entropy(logits[masked], data[masked])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+class PackedBlock(nn.Module):
+    """A causal transformer block over a packed row of documents: the
+    projections run over every token at once, attention one document at a
+    time (the cumulative lengths split the row, as varlen attention does)."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.n1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.n2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, lengths):
+        n, d = x.shape
+        qkv = self.qkv(self.n1(x)).view(n, 3, self.heads, -1).permute(1, 2, 0, 3)  # (3, heads, n, hd)
+        outs = [nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                for q, k, v in zip(*(t.split(lengths, 1) for t in qkv))]
+        x = x + self.proj(torch.cat(outs, 1).transpose(0, 1).reshape(n, d))
+        return x + self.mlp(self.n2(x))
+
+
+def packed_lm_varlen():
+    torch.manual_seed(173)
+    vocab, d = 4096, 256
+    emb, pos = nn.Embedding(vocab, d), nn.Embedding(2048, d)
+    blocks = nn.ModuleList(PackedBlock(d, 4) for _ in range(4))
+    norm = nn.LayerNorm(d)
+    params = [p for m in (emb, pos, blocks, norm) for p in m.parameters()]
+    opt = torch.optim.AdamW(params, lr=3e-4)
+    rng = random.Random(173)
+    steps = []
+    for _ in range(6):  # documents of a long-tailed length packed to a token budget, the last cut
+        budget, lengths = rng.choice((512, 1024, 2048)), []
+        while sum(lengths) < budget:
+            lengths.append(min(int(rng.lognormvariate(4.5, 1.0)) + 8, budget - sum(lengths)))
+        steps.append(lengths)
+
+    def run():
+        for lengths in steps:
+            tokens = torch.randint(0, vocab, (sum(lengths) + 1,))
+            positions = torch.cat([torch.arange(n) for n in lengths])  # restart at each document
+            x = emb(tokens[:-1]) + pos(positions)
+            for block in blocks:
+                x = block(x, lengths)
+            logits = norm(x) @ emb.weight.t()  # tied embedding
+            loss = nn.functional.cross_entropy(logits, tokens[1:])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+def gan_gradient_penalty():
+    torch.manual_seed(179)
+    z_dim = 128
+    gen = nn.Sequential(
+        nn.Linear(z_dim, 256 * 4 * 4), nn.Unflatten(1, (256, 4, 4)), nn.BatchNorm2d(256), nn.ReLU(),
+        nn.ConvTranspose2d(256, 128, 4, 2, 1), nn.BatchNorm2d(128), nn.ReLU(),
+        nn.ConvTranspose2d(128, 64, 4, 2, 1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.ConvTranspose2d(64, 32, 4, 2, 1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.ConvTranspose2d(32, 3, 4, 2, 1), nn.Tanh())  # 64 x 64
+    critic = nn.Sequential(
+        nn.Conv2d(3, 32, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(32, 64, 4, 2, 1), nn.GroupNorm(8, 64),
+        nn.LeakyReLU(0.2), nn.Conv2d(64, 128, 4, 2, 1), nn.GroupNorm(8, 128), nn.LeakyReLU(0.2),
+        nn.Conv2d(128, 256, 4, 2, 1), nn.GroupNorm(8, 256), nn.LeakyReLU(0.2), nn.Flatten(),
+        nn.Linear(256 * 4 * 4, 1))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-4, betas=(0.0, 0.9))
+    opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4, betas=(0.0, 0.9))
+    rng = random.Random(179)
+    batches = [rng.choice((16, 32, 64)) for _ in range(4)]
+
+    def run():
+        for batch in batches:
+            for step in range(6):  # the critic trains until its penalty is small (2-6 steps)
+                real = torch.rand(batch, 3, 64, 64) * 2 - 1
+                with torch.no_grad():
+                    fake = gen(torch.randn(batch, z_dim))
+                mix = torch.rand(batch, 1, 1, 1)
+                between = (mix * real + (1 - mix) * fake).requires_grad_()
+                grad, = torch.autograd.grad(critic(between).sum(), between, create_graph=True)
+                penalty = (grad.flatten(1).norm(dim=1) - 1).pow(2).mean()
+                loss = critic(fake).mean() - critic(real).mean() + 10 * penalty
+                opt_c.zero_grad()
+                loss.backward()  # through the gradient too: a double backward
+                opt_c.step()
+                if step >= 1 and penalty.item() < 0.05:
+                    break
+            loss = -critic(gen(torch.randn(batch, z_dim))).mean()
+            opt_g.zero_grad()
+            loss.backward()
+            opt_g.step()
+    return run
+
+
+class FeatureTokenizer(nn.Module):
+    """FT-Transformer's tokenizer: each numeric feature scales its own
+    vector (plus a bias), each categorical column has its own small
+    embedding table, and a CLS token goes first."""
+
+    def __init__(self, numeric, cardinalities, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(numeric, d) * 0.1)
+        self.bias = nn.Parameter(torch.zeros(numeric, d))
+        self.tables = nn.ModuleList(nn.Embedding(n, d) for n in cardinalities)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+
+    def forward(self, numbers, categories):
+        num = numbers.unsqueeze(-1) * self.weight + self.bias
+        cat = torch.stack([table(categories[:, i]) for i, table in enumerate(self.tables)], 1)
+        return torch.cat((self.cls.expand(len(numbers), -1, -1), num, cat), 1)
+
+
+def tabular_ft_transformer():
+    torch.manual_seed(181)
+    rng = random.Random(181)
+    numeric, d = 12, 64
+    cardinalities = [int(2 ** rng.uniform(1, 13)) for _ in range(40)]  # 2 to 8,192 values a column
+    tok = FeatureTokenizer(numeric, cardinalities, d)
+    layers = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 4, 2 * d, 0.1, batch_first=True,
+                                                              norm_first=True), 3, enable_nested_tensor=False)
+    head = nn.Sequential(nn.LayerNorm(d), nn.ReLU(), nn.Linear(d, 1))
+    params = [p for m in (tok, layers, head) for p in m.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=1e-5)
+    batches = [rng.choice((64, 128, 256, 512)) for _ in range(6)]
+    sizes = torch.tensor(cardinalities)
+
+    def run():
+        for batch in batches:
+            numbers = torch.randn(batch, numeric)
+            categories = (torch.rand(batch, len(cardinalities)) * sizes).long()
+            logit = head(layers(tok(numbers, categories))[:, 0]).squeeze(1)
+            loss = nn.functional.binary_cross_entropy_with_logits(logit, torch.rand(batch).round())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+class SegmentationUNet(nn.Module):
+    """A 3-level U-Net for segmentation (16-64 channels, batch norm, skip
+    connections by concatenation), any input whose sides 8 divides."""
+
+    def __init__(self, classes, widths=(16, 32, 64)):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                                 nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+        self.down, cin = nn.ModuleList(), 3
+        for w in widths:
+            self.down.append(block(cin, w))
+            cin = w
+        self.middle = block(cin, 2 * cin)
+        self.ups, self.up_blocks, cin = nn.ModuleList(), nn.ModuleList(), 2 * cin
+        for w in reversed(widths):
+            self.ups.append(nn.ConvTranspose2d(cin, w, 2, 2))
+            self.up_blocks.append(block(2 * w, w))
+            cin = w
+        self.out = nn.Conv2d(cin, classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+            x = nn.functional.max_pool2d(x, 2)
+        x = self.middle(x)
+        for up, block, skip in zip(self.ups, self.up_blocks, reversed(skips)):
+            x = block(torch.cat((up(x), skip), 1))
+        return self.out(x)
+
+
+def blob_masks(batch, height, width, classes):
+    """Label maps of a few random discs of random classes on background 0,
+    so that which classes a crop holds varies from batch to batch."""
+    ys, xs = torch.arange(height).view(-1, 1), torch.arange(width).view(1, -1)
+    masks = torch.zeros(batch, height, width, dtype=torch.long)
+    for b in range(batch):
+        for _ in range(int(torch.randint(1, 5, ()))):
+            cy, cx = torch.randint(0, height, ()), torch.randint(0, width, ())
+            r = torch.randint(8, max(9, min(height, width) // 3), ())
+            masks[b][(ys - cy) ** 2 + (xs - cx) ** 2 < r * r] = int(torch.randint(1, classes, ()))
+    return masks
+
+
+def seg_unet_dice():
+    torch.manual_seed(191)
+    classes = 12
+    model = SegmentationUNet(classes)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = random.Random(191)
+    shapes = []
+    for _ in range(6):  # random rectangular crops, a pixel budget a batch
+        height, width = rng.randrange(96, 321, 16), rng.randrange(96, 321, 16)
+        shapes.append((max(1, min(8, 131072 // (height * width))), height, width))
+    made = [blob_masks(*shape, classes) for shape in shapes]  # made before recording
+
+    def run():
+        for masks in made:
+            image = torch.randn(len(masks), 3, *masks.shape[1:]) + masks.unsqueeze(1) * 0.1
+            logits = model(image)
+            present = masks.unique()  # the dice loss counts only the classes the crop holds
+            prob = logits.softmax(1)[:, present]
+            target = (masks.unsqueeze(1) == present.view(1, -1, 1, 1)).float()
+            overlap = (prob * target).sum((0, 2, 3))
+            dice = 1 - (2 * overlap + 1) / (prob.sum((0, 2, 3)) + target.sum((0, 2, 3)) + 1)
+            loss = nn.functional.cross_entropy(logits, masks) + dice.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
 RECORDERS = (("gnn_message_passing", gnn_message_passing), ("detector_boxes", detector_boxes),
              ("dlrm_recsys", dlrm_recsys), ("conformer_ctc", conformer_ctc),
              ("swin_windows", swin_windows), ("vae_train", vae_train),
@@ -780,12 +1199,21 @@ RECORDERS = (("gnn_message_passing", gnn_message_passing), ("detector_boxes", de
              ("early_exit_depths", early_exit_depths),
              ("speculative_decoding", speculative_decoding),
              ("neural_ode_adaptive", neural_ode_adaptive),
-             ("two_tower_retrieval", two_tower_retrieval))
+             ("two_tower_retrieval", two_tower_retrieval),
+             ("rnnt_transducer", rnnt_transducer),
+             ("beam_search_shrinking", beam_search_shrinking),
+             ("perceiver_bytes", perceiver_bytes), ("packed_lm_varlen", packed_lm_varlen),
+             ("gan_gradient_penalty", gan_gradient_penalty),
+             ("tabular_ft_transformer", tabular_ft_transformer),
+             ("seg_unet_dice", seg_unet_dice))
 
 
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(2)
+    unknown = set(sys.argv[1:]) - {name for name, _ in RECORDERS}
+    if unknown:  # a misspelt name would otherwise record nothing, silently
+        sys.exit(f"no such family: {', '.join(sorted(unknown))}")
     os.makedirs(OUT, exist_ok=True)
     for name, make in RECORDERS:
         if len(sys.argv) > 1 and name not in sys.argv[1:]:
