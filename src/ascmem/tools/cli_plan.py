@@ -70,7 +70,8 @@ def cmd_plan(args):
         if fp.placements:
             print("ascmem placements (Device(placement=...)): " + ", ".join(
                 f"{name} {_mib(peak)}" for name, peak in fp.placements.items()) +
-                f"; deploy with placement={fp.placement!r}")
+                f"; fewest pages of every unit: {_mib(fp.peak)}; deploy with "
+                f"placement={fp.placement!r}, min_block={fp.min_block}")
     names = [fp.allocator for fp in p.footprints]
     rows, cells = [], {}
     for f in p.fits:
