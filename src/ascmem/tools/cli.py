@@ -338,7 +338,7 @@ def cmd_fit(args):
     print("(the size of one contiguous arena; `ascmem plan` answers another question: the "
           "device memory a process holds, in whole pages, beside weights and the runtime)")
     if placements:
-        print("pool placements (Pool(placement=...)): " +
+        print(f"pool placements in {tr.CONTIGUOUS_UNITS[0]}-byte units (Pool(placement=...)): " +
               ", ".join(f"{p} {e:.3f}" for p, (e, _) in placements.items()) +
               f"; smallest arena here: {tr.fewest_mapped(placements)}")
         print(f"pool placement and unit with the smallest arena (of min_block "
