@@ -363,6 +363,7 @@ typedef int (*ascm_grow_fn)(void *ctx, int kind, uint64_t size, uint64_t align, 
 
 typedef struct ascm_device ascm_device;
 
+/* ASCM_ERR_INVAL: min_block is not a power of two. */
 int ascm_device_create(const ascm_device_config *cfg, ascm_device **out);
 void ascm_device_destroy(ascm_device *d);
 /* How ascm_device_malloc serves a request: its size after the CANN rounding,

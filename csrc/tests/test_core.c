@@ -1023,6 +1023,15 @@ static void test_device_min_block(void) {
     }
     CHECK(ascm_device_min_block(d) == 1024);
     ascm_device_destroy(d);
+    /* a unit that is not a power of two is refused at creation, a device
+     * whose kinds have no chunk yet (growable) included */
+    ascm_device_config bad = {.min_block = 3000};
+    bad.growable[ASCM_KIND_NORMAL] = 1;
+    bad.budget.shared = 1ull << 30;
+    d = NULL;
+    CHECK(ascm_device_create(&bad, &d) == ASCM_ERR_INVAL && d == NULL);
+    bad.min_block = 0;
+    CHECK(ascm_device_create(&bad, &d) == ASCM_ERR_INVAL && d == NULL);
 }
 
 /* A device of two kinds, 16 MiB of huge pages and 16 MiB of normal ones;
