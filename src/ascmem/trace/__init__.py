@@ -796,9 +796,9 @@ def choose_contiguous_placement(trace, resolution=64 * 1024, min_block=4096):
 
 
 class ContiguousPlan(NamedTuple):
-    """A contiguous Pool's (or a Device's that is not paged) configuration
-    chosen from a recorded run: deploy with ``Pool(placement=placement,
-    min_block=min_block)``."""
+    """A contiguous Pool's configuration chosen from a recorded run: deploy
+    with ``Pool(arena, placement=placement, min_block=min_block)`` (a
+    Device that is not paged takes the same two arguments)."""
     placement: str
     min_block: int
     efficiency: float
