@@ -363,6 +363,7 @@ typedef int (*ascm_grow_fn)(void *ctx, int kind, uint64_t size, uint64_t align, 
 
 typedef struct ascm_device ascm_device;
 
+/* ASCM_ERR_INVAL: min_block is not a power of two. */
 int ascm_device_create(const ascm_device_config *cfg, ascm_device **out);
 void ascm_device_destroy(ascm_device *d);
 /* How ascm_device_malloc serves a request: its size after the CANN rounding,
@@ -444,6 +445,9 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode);
 int ascm_device_set_placement(ascm_device *d, int placement);
 /* The device's placement: one of its kind's, its default until one is set. */
 int ascm_device_placement(ascm_device *d);
+/* The unit of the device's pools (its configuration's min_block): fixed at
+ * creation, so read without a lock. */
+uint64_t ascm_device_min_block(const ascm_device *d);
 /* A new chunk [base, base + size) for the kind (ranges must not overlap). */
 int ascm_device_add_chunk(ascm_device *d, int kind, uint64_t base, uint64_t size);
 /* Closes every chunk of the kind that holds no live block (after giving its

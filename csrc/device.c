@@ -90,6 +90,9 @@ static void drop_pools(ascm_device *d) {
 
 int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     *out = NULL;
+    /* every pool it makes takes the unit: refused here, not at the first
+     * chunk of a kind that has none yet (a growable one) */
+    if (cfg->min_block == 0 || (cfg->min_block & (cfg->min_block - 1))) return ASCM_ERR_INVAL;
     ascm_device *d = ascm_zalloc_lines(sizeof *d);
     if (!d) return ASCM_ERR_HOSTMEM;
     ascm_gate_init(d);

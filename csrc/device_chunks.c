@@ -109,6 +109,10 @@ int ascm_device_placement(ascm_device *d) {
     return placement == ASCM_PLACE_GRANULES && !d->paged ? ASCM_PLACE_KEPT_IN_PLACE : placement;
 }
 
+uint64_t ascm_device_min_block(const ascm_device *d) {
+    return d->min_block;
+}
+
 uint64_t ascm_device_trim(ascm_device *d) {
     uint64_t released = 0;
     for (int k = 0; k < ASCM_KINDS; k++) {

@@ -1,7 +1,7 @@
 """The frugality table of issue 42: per trace, the contiguous Pool (its
-default placement, and "planned": the placement chosen from the trace itself,
-ascmem.trace.choose_contiguous_placement, whichever replays it in the smallest
-arena) against textbook best fit (bounded arena, and the untouched end kept for last), paged
+default placement, and "planned": the placement and unit chosen from the
+trace itself, ascmem.trace.choose_contiguous_plan, whichever replays it in the
+smallest arena) against textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
 64 GiB, and with the placement chosen from the trace itself
 (ascmem.trace.choose_placement: "granules" or "packed", whichever maps less),
@@ -43,7 +43,9 @@ COLUMNS = ["pool", "pool@planned", "bestfit", "bestfit-wilderness"] + [
 
 # Traces of tests/data/heldout/ that a placement rule was chosen on
 # (docs/TRACES.md): no longer held out, so not starred.
-SEEN = {"conformer_ctc": "the fit's scan length", "early_exit_depths": "stranded spare slabs"}
+SEEN = {"conformer_ctc": "the fit's scan length; the plan's units",
+        "early_exit_depths": "stranded spare slabs",
+        "speculative_decoding": "the plan's units"}
 
 
 def traces(extra):
@@ -69,10 +71,10 @@ def selected(extra, only):
 def row(t, resolution):
     peak = t.peak_live()
     r = {"trace": t.name, "peak_live": peak}
-    placements = tr.contiguous_placement_efficiencies(t, resolution)
-    r["pool"] = placements[tr.CONTIGUOUS_PLACEMENTS[0]][0]
-    r["pool_placement"] = tr.fewest_mapped(placements)  # chosen from this trace's own run
-    r["pool@planned"] = placements[r["pool_placement"]][0]
+    plans = tr.contiguous_plan_efficiencies(t, resolution)
+    r["pool"] = next(iter(plans.values()))[0]  # the default placement and unit
+    plan = tr.best_contiguous_plan(plans)  # chosen from this trace's own run
+    r["pool_placement"], r["pool_min_block"], r["pool@planned"] = plan[:3]
     for name in ("bestfit", "bestfit-wilderness"):
         r[name] = tr.efficiency(t, name, resolution)[0]
     for g, label in GRANULES:
@@ -89,8 +91,8 @@ def row(t, resolution):
 
 def print_row(r, held):
     name = ("*" if held else " ") + r["trace"]
-    print(f"{name:24s}{r['peak_live'] / 2**20:9.1f}" + "".join(f"{r[c]:>11.3f}" for c in COLUMNS),
-          flush=True)
+    print(f"{name:24s}{r['peak_live'] / 2**20:9.1f}" + "".join(f"{r[c]:>11.3f}" for c in COLUMNS)
+          + f"  plan: {r['pool_placement']}, min_block {r['pool_min_block']}", flush=True)
 
 
 MARGIN = 0.005  # issue 42's tolerance against a peer

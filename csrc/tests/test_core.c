@@ -998,6 +998,42 @@ static void test_device_contiguous_placement(void) {
     ascm_device_destroy(d);
 }
 
+/* A device's unit (its configuration's min_block, Device(min_block=)) is
+ * every pool's, those a reset makes included: two blocks of 41 KiB + 1 in a
+ * row lie 42 KiB apart in 1 KiB units (44 KiB in 4 KiB ones). */
+static void test_device_min_block(void) {
+    ascm_device_config cfg = {.min_block = 1024};
+    cfg.base[ASCM_KIND_NORMAL] = 1ull << 40;
+    cfg.size[ASCM_KIND_NORMAL] = 64u << 20;
+    cfg.budget.shared = 1ull << 30;
+    ascm_device *d;
+    CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
+    CHECK(ascm_device_min_block(d) == 1024);
+    for (int round = 0; round < 2; round++) {
+        CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)->gran == 1024);
+        uint64_t a, b;
+        int kind, events;
+        CHECK(ascm_device_malloc(d, (41u << 10) + 1, 2, ASCM_SIZE_MALLOC, &a, &kind, &events) == ASCM_OK);
+        CHECK(ascm_device_malloc(d, (41u << 10) + 1, 2, ASCM_SIZE_MALLOC, &b, &kind, &events) == ASCM_OK);
+        CHECK(b - a == 42u << 10);
+        CHECK(ascm_device_free(d, a, 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+        CHECK(ascm_device_free(d, b, 1u << ASCM_KIND_NORMAL, &kind) == ASCM_OK);
+        POOL_OK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL));
+        CHECK(ascm_device_reset(d, cfg.base) == ASCM_OK);
+    }
+    CHECK(ascm_device_min_block(d) == 1024);
+    ascm_device_destroy(d);
+    /* a unit that is not a power of two is refused at creation, a device
+     * whose kinds have no chunk yet (growable) included */
+    ascm_device_config bad = {.min_block = 3000};
+    bad.growable[ASCM_KIND_NORMAL] = 1;
+    bad.budget.shared = 1ull << 30;
+    d = NULL;
+    CHECK(ascm_device_create(&bad, &d) == ASCM_ERR_INVAL && d == NULL);
+    bad.min_block = 0;
+    CHECK(ascm_device_create(&bad, &d) == ASCM_ERR_INVAL && d == NULL);
+}
+
 /* A device of two kinds, 16 MiB of huge pages and 16 MiB of normal ones;
  * the caller sets the budget. */
 static ascm_device_config huge_and_normal(void) {
@@ -1775,6 +1811,7 @@ int main(void) {
         {"paged_packed_placement", test_paged_packed_placement},
         {"contiguous_placements", test_contiguous_placements},
         {"device_contiguous_placement", test_device_contiguous_placement},
+        {"device_min_block", test_device_min_block},
         {"paged_mapped_first", test_paged_mapped_first},
         {"pool_batch", test_pool_batch},
         {"exhaustion_soak", test_exhaustion_soak},

@@ -185,6 +185,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_set_thread_caches(ascm_device *d, int mode)
     int ascm_device_set_placement(ascm_device *d, int placement)
     int ascm_device_placement(ascm_device *d)
+    uint64_t ascm_device_min_block(const ascm_device *d)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)
     ascm_pool *ascm_device_pool(ascm_device *d, int kind)

@@ -78,6 +78,7 @@ class Device:
     device_id: int
     thread_caches: str
     placement: str
+    min_block: int
     def __init__(self, model: Union[str, Profile] = "atlas-inference", *, mode: Optional[str] = None,
                  backend: str = "sim", device_id: _Int = 0, memory: Optional[_Int] = None,
                  free_os_memory: Optional[_Int] = None, aicpu_cache: Optional[_Int] = None,
@@ -86,7 +87,8 @@ class Device:
                  acl_module: Any = None, paged: bool = False,
                  release_threshold: _Int = 0, release_threshold_max: Optional[_Int] = None,
                  thread_caches: Optional[str] = None,
-                 placement: Optional[str] = None) -> None: ...
+                 placement: Optional[str] = None,
+                 min_block: int = 4096) -> None: ...
     # allocation and free (CANN's calls)
     def malloc(self, size: _Int, policy: _Int = 0, stream: _Stream = None,
                tag: Optional[object] = None) -> int: ...

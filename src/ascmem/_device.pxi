@@ -16,7 +16,7 @@
 
 @cython.final
 cdef class Device(_DeviceReadout):
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None)
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None, min_block=4096)
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -69,6 +69,11 @@ cdef class Device(_DeviceReadout):
     "kept-to-best-fit" or "lowest-equal"
     (``ascmem.trace.choose_contiguous_placement`` picks one).  A placement of
     the other kind is refused; ``placement`` is the one in use.
+    ``min_block``: the unit of every pool's large blocks and slabs, as
+    ``Pool(min_block=...)``: a power of two from 512 to 4096 (the default).
+    A smaller unit changes the holes best fit leaves and so the placement;
+    ``ascmem.trace.choose_contiguous_plan`` and ``ascmem plan`` pick one
+    with the placement from a recorded run.
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
@@ -76,9 +81,11 @@ cdef class Device(_DeviceReadout):
     def __cinit__(self, model="atlas-inference", *, mode=None, backend="sim", device_id=0,
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
                   limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0,
-                  release_threshold_max=None, thread_caches=None, placement=None):
+                  release_threshold_max=None, thread_caches=None, placement=None,
+                  min_block=4096):
         self._d = NULL
         placement = _placement_of(placement, paged, "give paged=True")
+        cdef uint64_t unit = _device_unit(min_block)
         thread_caches = _default_caches(thread_caches, paged)
         caches = _caches_mode(thread_caches)
         if paged and caches != ASCM_CACHES_OFF:
@@ -109,6 +116,7 @@ cdef class Device(_DeviceReadout):
             parts.growth.set_pool_sizes(pool_sizes)
         cdef ascm_device_config cfg
         _budget_config(&cfg, self.profile, lay, self.mode)
+        cfg.min_block = unit
         # checked whether paged or not: a bad value is refused, never ignored (issue 45.12)
         cdef uint64_t threshold = as_u64(release_threshold, "release_threshold")
         if threshold and not paged:
@@ -139,6 +147,11 @@ cdef class Device(_DeviceReadout):
         """The placement of the device's pools (``placement`` above), read
         from the C device: one an embedder set through the capsule included."""
         return _PLACEMENT_NAMES[ascm_device_placement(self._d)] if self._d is not NULL else None
+
+    @property
+    def min_block(self):
+        """The unit of the device's pools (``min_block`` above)."""
+        return ascm_device_min_block(self._d) if self._d is not NULL else None
 
     def __dealloc__(self):
         # In a reference cycle the collector may have cleared _parts (None)

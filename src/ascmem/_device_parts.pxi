@@ -109,6 +109,18 @@ cdef object _opt_u64(object v, str what):
     return None if v is None else as_u64(v, what)
 
 
+cdef uint64_t _device_unit(object min_block) except 0:
+    """A Device's min_block checked: a power of two from 512 to 4096.  At
+    most the normal page: the device's ranges and chunks come in pages.  At
+    least 512: the range its replays and tests cover (a plan tries 4096, 2048
+    and 1024, ascmem.trace.CONTIGUOUS_UNITS)."""
+    cdef uint64_t unit = as_u64(min_block, "min_block")
+    if unit < 512 or unit > 4096 or unit & (unit - 1):
+        raise InvalidArgumentError(f"a Device's min_block must be a power of two from 512 to "
+                                   f"4096, not {min_block!r}")
+    return unit
+
+
 cdef _budget_config(ascm_device_config *cfg, object prof, object lay, str mode):
     """The C device's configuration from a profiles.Layout (chunks aside)."""
     memset(cfg, 0, sizeof(ascm_device_config))

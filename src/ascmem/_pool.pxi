@@ -122,7 +122,8 @@ cdef class Pool:
     "kept-to-best-fit" never reuses it in place (best fit chooses);
     "lowest-equal" reuses it unless a free block of its size lies lower,
     which the request takes.  ``ascmem.trace.choose_contiguous_placement``
-    replays a recorded run under each and keeps the smallest arena.
+    replays a recorded run under each and keeps the smallest arena;
+    ``ascmem.trace.choose_contiguous_plan`` chooses ``min_block`` with it.
 
     ``thread_caches`` ("off", "on" or "auto": from the first time two threads
     meet at the pool's lock) puts a cache of small blocks per thread in front

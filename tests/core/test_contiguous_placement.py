@@ -4,11 +4,13 @@ default) reuses that kept block in place unless a smaller hole just below it
 would be stranded; "kept-to-best-fit" never reuses it in place;
 "lowest-equal" reuses it unless a free block of its size lies lower, which
 the request takes.  ascmem.trace.choose_contiguous_placement keeps whichever
-replays a recorded run in the smallest arena (docs/ARCHITECTURE.md, Note
+replays a recorded run in the smallest arena, choose_contiguous_plan the
+placement and unit (min_block) that do (docs/ARCHITECTURE.md, Note
 [Contiguous placements])."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +122,50 @@ def test_a_tie_keeps_the_default():
     figures = tr.contiguous_placement_efficiencies(whole)
     assert len({c for _, c in figures.values()}) == 1
     assert tr.choose_contiguous_placement(whole)[0] == "kept-in-place"
+    plans = tr.contiguous_plan_efficiencies(whole)
+    assert len({c for _, c in plans.values()}) == 1
+    assert tr.choose_contiguous_plan(whole)[:2] == ("kept-in-place", 4096)
+
+
+HELDOUT = Path(__file__).resolve().parents[1] / "data" / "heldout"
+
+
+@pytest.mark.parametrize("name, plan", [
+    # its 4 KiB unit was the gap: best fit in 4 KiB units reads 0.790 too
+    ("conformer_ctc", ("kept-to-best-fit", 1024, 0.808)),
+    # best fit's choice in 2 KiB units; no placement reached it in 4 KiB (0.922)
+    ("speculative_decoding", ("kept-to-best-fit", 2048, 0.948)),
+])
+def test_the_plan_chooses_the_unit_too(name, plan):
+    """On the two traces no placement in 4 KiB units brought within 0.005
+    of best fit, the plan's unit does; the plan is deployable as it says:
+    a Pool made with its placement and unit replays the run in its arena
+    and in no smaller one."""
+    t = tr.load(HELDOUT / f"{name}.csv.gz")
+    got = tr.choose_contiguous_plan(t)
+    assert (got.placement, got.min_block, round(got.efficiency, 3)) == plan
+    assert got.efficiency > tr.choose_contiguous_placement(t)[1] + 0.015
+    assert got.arena == tr.min_capacity(t, tr.contiguous_pool(got.placement, got.min_block))
+    assert tr.fits(t, tr.contiguous_pool(got.placement, got.min_block), got.arena)
+    assert not tr.fits(t, tr.contiguous_pool(got.placement, got.min_block), got.arena - (64 << 10))
+
+
+def test_the_plan_tries_every_placement_in_every_unit_the_default_first():
+    figures = tr.contiguous_plan_efficiencies(tr.example("vit_train"))
+    assert list(figures) == [(p, u) for u in tr.CONTIGUOUS_UNITS for p in tr.CONTIGUOUS_PLACEMENTS]
+    assert tr.CONTIGUOUS_UNITS[0] == 4096
+    assert {p: figures[(p, 4096)] for p in tr.CONTIGUOUS_PLACEMENTS} == \
+        tr.contiguous_placement_efficiencies(tr.example("vit_train"))
+    # the lower equal block in 4 KiB units stays vit_train's plan
+    assert tr.choose_contiguous_plan(tr.example("vit_train"))[:2] == ("lowest-equal", 4096)
+
+
+def test_a_pool_in_a_smaller_unit_places_in_it():
+    for unit in tr.CONTIGUOUS_UNITS:
+        pool = ascmem.Pool(64 << 20, base=BASE, min_block=unit, placement="kept-to-best-fit")
+        a, b = pool.alloc(40 << 10 | 1), pool.alloc(40 << 10 | 1)
+        assert b - a == (40 << 10) + unit
+        pool.check()
 
 
 def test_fit_names_the_placement_with_the_smallest_arena():
@@ -135,6 +181,22 @@ def test_fit_names_the_placement_with_the_smallest_arena():
     r = subprocess.run([sys.executable, "-m", "ascmem", "fit", "--example", "speech_to_text",
                         "--allocator", "pool"], capture_output=True, text=True, timeout=300)
     assert "smallest arena here: kept-to-best-fit" in r.stdout
+
+
+def test_fit_names_the_placement_and_unit_to_deploy():
+    path = str(HELDOUT / "speculative_decoding.csv.gz")
+    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", path, "--allocator", "pool",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (pool,) = json.loads(r.stdout)["allocators"]
+    assert (pool["plan"]["placement"], pool["plan"]["min_block"]) == ("kept-to-best-fit", 2048)
+    assert [(p["placement"], p["min_block"]) for p in pool["plans"]] == [
+        (p, u) for u in tr.CONTIGUOUS_UNITS for p in tr.CONTIGUOUS_PLACEMENTS]
+    assert pool["plan"]["min_capacity"] == min(p["min_capacity"] for p in pool["plans"])
+    assert pool["plan"]["efficiency"] > pool["efficiency"]  # the default's, the pool's row
+    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", path, "--allocator", "pool"],
+                       capture_output=True, text=True, timeout=300)
+    assert "deploy with placement='kept-to-best-fit', min_block=2048" in r.stdout
 
 
 @pytest.mark.parametrize("placement", tr.CONTIGUOUS_PLACEMENTS)

@@ -295,19 +295,27 @@ def cmd_fit(args):
     from ascmem.tools import progress
     peak = t.peak_live()
     rows, results = [], []
-    placements = None  # the contiguous Pool's, when it is fitted
+    placements = plan = None  # the contiguous Pool's, when it is fitted
     for name in names:
         with progress.step(f"fit {name}", unit="replays") as watch:
-            if name == "pool":  # under each placement; the default's is the pool's row
-                placements = tr.contiguous_placement_efficiencies(t, args.resolution, progress=watch)
+            if name == "pool":  # under each placement and unit; the default's is the pool's row
+                plans = tr.contiguous_plan_efficiencies(t, args.resolution, progress=watch)
+                unit = tr.CONTIGUOUS_UNITS[0]
+                placements = {p: got for (p, u), got in plans.items() if u == unit}
+                plan = tr.best_contiguous_plan(plans)
                 cap = placements[tr.CONTIGUOUS_PLACEMENTS[0]][1]
             else:
                 cap = tr.min_capacity(t, name, resolution=args.resolution, progress=watch)
         rows.append((name, _mib(cap), f"{peak / cap:.3f}"))
         results.append({"allocator": name, "min_capacity": cap, "efficiency": peak / cap})
         if name == "pool":
-            results[-1].update(placement=tr.fewest_mapped(placements), placements={
-                p: {"min_capacity": c, "efficiency": e} for p, (e, c) in placements.items()})
+            results[-1].update(
+                placement=tr.fewest_mapped(placements), placements={
+                    p: {"min_capacity": c, "efficiency": e} for p, (e, c) in placements.items()},
+                plan={"placement": plan.placement, "min_block": plan.min_block,
+                      "min_capacity": plan.arena, "efficiency": plan.efficiency},
+                plans=[{"placement": p, "min_block": u, "min_capacity": c, "efficiency": e}
+                       for (p, u), (e, c) in plans.items()])
     paged = []
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
@@ -330,9 +338,13 @@ def cmd_fit(args):
     print("(the size of one contiguous arena; `ascmem plan` answers another question: the "
           "device memory a process holds, in whole pages, beside weights and the runtime)")
     if placements:
-        print("pool placements (Pool(placement=...)): " +
+        print(f"pool placements in {tr.CONTIGUOUS_UNITS[0]}-byte units (Pool(placement=...)): " +
               ", ".join(f"{p} {e:.3f}" for p, (e, _) in placements.items()) +
               f"; smallest arena here: {tr.fewest_mapped(placements)}")
+        print(f"pool placement and unit with the smallest arena (of min_block "
+              f"{', '.join(map(str, tr.CONTIGUOUS_UNITS))}): {plan.efficiency:.3f}, "
+              f"{_mib(plan.arena)}; deploy with placement={plan.placement!r}, "
+              f"min_block={plan.min_block}")
     if paged:
         rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
                  f"{p['physical_efficiency']:.3f}", f"{p['bound']:.4f}") for p in paged]

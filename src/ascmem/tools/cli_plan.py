@@ -39,6 +39,7 @@ def count(text):
 
 def cmd_plan(args):
     import dataclasses
+    from ascmem import trace as tr
     from ascmem.tools import planner
     from ascmem.tools.cli import _json, _load, _mib, _print_notes, _table
     if args.plot:
@@ -68,9 +69,11 @@ def cmd_plan(args):
           "answers another question: the smallest contiguous arena)")
     for fp in p.footprints:
         if fp.placements:
-            print("ascmem placements (Device(placement=...)): " + ", ".join(
+            print(f"ascmem placements in {tr.CONTIGUOUS_UNITS[0]}-byte units "
+                  "(Device(placement=...)): " + ", ".join(
                 f"{name} {_mib(peak)}" for name, peak in fp.placements.items()) +
-                f"; deploy with placement={fp.placement!r}")
+                f"; fewest pages of every unit: {_mib(fp.peak)}; deploy with "
+                f"placement={fp.placement!r}, min_block={fp.min_block}")
     names = [fp.allocator for fp in p.footprints]
     rows, cells = [], {}
     for f in p.fits:

@@ -3,10 +3,11 @@ under which allocator -- asked before deployment, or after an out-of-memory.
 
 The workload (a trace) is measured once per allocator:
   - ascmem: replayed through a Device under each placement the reference
-    Device can take (a contiguous Pool's: it is not paged); the peak of
-    device pages in use (huge and normal together, at the same moment) of
-    the placement with the smallest, the default on a tie: the
-    ``Device(placement=...)`` to deploy with;
+    Device can take (a contiguous Pool's: it is not paged), in each unit of
+    ascmem.trace.CONTIGUOUS_UNITS; the peak of device pages in use (huge and
+    normal together, at the same moment) of the placement and unit with the
+    smallest, the default on a tie: the ``Device(placement=...,
+    min_block=...)`` to deploy with;
   - torch-caching: torch_npu's caching allocator, emulated
     (ascmem.emulations.torch_caching); its peak of reserved segments;
   - torch-expandable, torch-expandable-eager: the same with expandable
@@ -51,7 +52,11 @@ class Footprint:
     curve: list = dataclasses.field(default_factory=list, repr=False)  # bytes after each event
     complete: bool = True     # False: more than the reference device holds, so no card
     placement: str = None     # ascmem: the Device placement of this peak, the smallest's
-    placements: dict = dataclasses.field(default_factory=dict)  # ascmem: placement -> peak
+    placements: dict = dataclasses.field(default_factory=dict)  # ascmem: placement -> peak,
+    #                                                             in the default unit
+    min_block: int = None     # ascmem: the Device unit of this peak
+    plans: list = dataclasses.field(default_factory=list)  # ascmem: each placement and unit
+    #                                                        tried: placement, min_block, peak
 
 
 def _bounded(fp, peak_live):
@@ -126,20 +131,26 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
 
 
 def _ascmem_footprint(trace, media_peak, curves):
-    """The Footprint of a Device under the placement, of those the reference
-    Device takes (it is not paged: a contiguous Pool's), whose replay holds
-    the fewest pages at its peak; a replay that failed never wins over one
-    that did not, and the default, listed first, wins a tie."""
+    """The Footprint of a Device under the placement and unit, of those the
+    reference Device takes (it is not paged: a contiguous Pool's) in each
+    unit of CONTIGUOUS_UNITS, whose replay holds the fewest pages at its
+    peak; a replay that failed never wins over one that did not, and the
+    default (placement and unit), listed first, wins a tie."""
     import ascmem
     from ascmem import trace as tr
     tried = []
-    for placement in tr.CONTIGUOUS_PLACEMENTS:
-        with ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY, placement=placement) as dev:
-            peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
-        tried.append(Footprint("ascmem", peak, media_peak, curve, complete=not failures,
-                               placement=placement))
+    for unit in tr.CONTIGUOUS_UNITS:
+        for placement in tr.CONTIGUOUS_PLACEMENTS:
+            with ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY, placement=placement,
+                               min_block=unit) as dev:
+                peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
+            tried.append(Footprint("ascmem", peak, media_peak, curve, complete=not failures,
+                                   placement=placement, min_block=unit))
     best = min(tried, key=lambda fp: (not fp.complete, fp.peak))
-    best.placements = {fp.placement: fp.peak for fp in tried}
+    best.placements = {fp.placement: fp.peak for fp in tried
+                       if fp.min_block == tr.CONTIGUOUS_UNITS[0]}
+    best.plans = [{"placement": fp.placement, "min_block": fp.min_block, "peak": fp.peak}
+                  for fp in tried]
     return best
 
 

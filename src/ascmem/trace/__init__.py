@@ -14,7 +14,7 @@ import io
 import os
 import time
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from ascmem.trace import profiler as _import
 from ascmem.errors import ArgumentTypeError, InvalidArgumentError, OutOfMemoryError
@@ -753,40 +753,87 @@ def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=Non
 
 # a contiguous Pool's placement argument; the default first
 CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
+# the units (Pool's and Device's min_block) a contiguous plan tries; the
+# default first (docs/ARCHITECTURE.md, Note [Contiguous placements])
+CONTIGUOUS_UNITS = (4096, 2048, 1024)
 
 
-def contiguous_pool(placement=None):
+def contiguous_pool(placement=None, min_block=4096):
     """capacity -> a contiguous Pool with this placement (Pool's; None:
-    "kept-in-place"), as make_allocator("pool") makes one: an allocator
-    argument of min_capacity and efficiency."""
+    "kept-in-place") and unit, as make_allocator("pool") makes one: an
+    allocator argument of min_capacity and efficiency."""
     import ascmem
 
     def make(capacity):
-        return ascmem.Pool(capacity, base=1 << 32, placement=placement)
+        return ascmem.Pool(capacity, base=1 << 32, placement=placement, min_block=min_block)
     return make
 
 
-def contiguous_placement_efficiencies(trace, resolution=64 * 1024, progress=None):
-    """efficiency under each contiguous placement: {placement: (efficiency,
-    smallest arena)}, in the order of CONTIGUOUS_PLACEMENTS (progress: as
-    min_capacity's, counted afresh for each placement)."""
+def contiguous_placement_efficiencies(trace, resolution=64 * 1024, progress=None,
+                                      min_block=4096):
+    """efficiency under each contiguous placement, in units of min_block:
+    {placement: (efficiency, smallest arena)}, in the order of
+    CONTIGUOUS_PLACEMENTS (progress: as min_capacity's, counted afresh for
+    each placement)."""
     peak = _a_trace(trace).peak_live()
     figures = {}
     for p in CONTIGUOUS_PLACEMENTS:
-        cap = min_capacity(trace, contiguous_pool(p), resolution, progress=progress)
+        cap = min_capacity(trace, contiguous_pool(p, min_block), resolution, progress=progress)
         figures[p] = (peak / cap, cap)
     return figures
 
 
-def choose_contiguous_placement(trace, resolution=64 * 1024):
-    """The contiguous placement (Pool's placement argument) whose Pool
-    replays this recorded run in the smallest arena, the default on a tie.
-    None wins on every workload (docs/ARCHITECTURE.md, Note [Contiguous
-    placements]); a workload that repeats its recorded run keeps the winner.
-    Returns (placement, efficiency, smallest arena in bytes)."""
-    figures = contiguous_placement_efficiencies(trace, resolution)
+def choose_contiguous_placement(trace, resolution=64 * 1024, min_block=4096):
+    """The contiguous placement (Pool's placement argument) whose Pool, in
+    units of min_block, replays this recorded run in the smallest arena, the
+    default on a tie.  None wins on every workload (docs/ARCHITECTURE.md,
+    Note [Contiguous placements]); a workload that repeats its recorded run
+    keeps the winner.  Returns (placement, efficiency, smallest arena in
+    bytes).  choose_contiguous_plan chooses the unit too."""
+    figures = contiguous_placement_efficiencies(trace, resolution, min_block=min_block)
     best = fewest_mapped(figures)
     return (best,) + figures[best]
+
+
+class ContiguousPlan(NamedTuple):
+    """A contiguous Pool's configuration chosen from a recorded run: deploy
+    with ``Pool(arena, placement=placement, min_block=min_block)`` (a
+    Device that is not paged takes the same two arguments)."""
+    placement: str
+    min_block: int
+    efficiency: float
+    arena: int  # the smallest arena that replays the run, in bytes
+
+
+def contiguous_plan_efficiencies(trace, resolution=64 * 1024, progress=None):
+    """efficiency under each contiguous placement in each unit of
+    CONTIGUOUS_UNITS: {(placement, min_block): (efficiency, smallest
+    arena)}, the default unit's placements first, the default first
+    among them."""
+    figures = {}
+    for unit in CONTIGUOUS_UNITS:
+        for p, got in contiguous_placement_efficiencies(trace, resolution, progress,
+                                                        unit).items():
+            figures[(p, unit)] = got
+    return figures
+
+
+def best_contiguous_plan(figures):
+    """The ContiguousPlan of contiguous_plan_efficiencies' figures with the
+    smallest arena, the earliest listed on a tie (the default placement
+    and unit first)."""
+    placement, unit = fewest_mapped(figures)
+    return ContiguousPlan(placement, unit, *figures[(placement, unit)])
+
+
+def choose_contiguous_plan(trace, resolution=64 * 1024):
+    """The contiguous placement and unit (Pool's placement and min_block)
+    whose Pool replays this recorded run in the smallest arena, the default
+    on a tie.  The unit changes the sizes of the holes best fit leaves, so
+    which placement wins, and by how much, depends on it as well
+    (docs/ARCHITECTURE.md, Note [Contiguous placements]).  Returns a
+    ContiguousPlan."""
+    return best_contiguous_plan(contiguous_plan_efficiencies(trace, resolution))
 
 
 def efficiency(trace, allocator="pool", resolution=64 * 1024):
