@@ -220,14 +220,19 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
  * request goes to best fit like any other.  LOWEST_EQUAL: reused in place
  * unless a free block of its exact size lies lower in the range, which the
  * request then takes (best fit's lowest among equals); a hole below is left
- * where it is.  None needs the smallest arena on every workload;
+ * where it is.  BEST_FIT_END_LAST: as KEPT_TO_BEST_FIT, and every large
+ * request takes the free block that reaches the end of the range only when
+ * no other free block holds it (the wilderness rule, where the default
+ * applies it only to sizes never freed and an end six times the request:
+ * Note [Sparing the end]).  None needs the smallest arena on every workload;
  * ascmem.trace.choose_contiguous_placement replays a recorded run under each
  * (Note [Contiguous placements]).
  *
  * It applies to the blocks placed from then on.  ASCM_ERR_INVAL for another
  * value, or for a placement of the other kind of pool. */
 enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1,
-       ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4 };
+       ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4,
+       ASCM_PLACE_BEST_FIT_END_LAST = 6 };
 int ascm_pool_set_placement(ascm_pool *p, int placement);
 /* The pool's placement: one of its kind's, its default until one is set. */
 int ascm_pool_placement(ascm_pool *p);
@@ -440,7 +445,7 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode);
 /* The placement (ascm_pool_set_placement) of the device's pools, those of
  * chunks added later and those a reset makes included: on a paged device
  * GRANULES or PACKED for its paged pools, on a device that is not paged
- * KEPT_IN_PLACE, KEPT_TO_BEST_FIT or LOWEST_EQUAL for every pool.
+ * KEPT_IN_PLACE, KEPT_TO_BEST_FIT, LOWEST_EQUAL or BEST_FIT_END_LAST for every pool.
  * ASCM_ERR_INVAL for another value, or one of the other kind of device. */
 int ascm_device_set_placement(ascm_device *d, int placement);
 /* The device's placement: one of its kind's, its default until one is set. */

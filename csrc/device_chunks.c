@@ -89,7 +89,8 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode) {
 int ascm_device_set_placement(ascm_device *d, int placement) {
     int paged_one = placement == ASCM_PLACE_GRANULES || placement == ASCM_PLACE_PACKED;
     int contiguous_one = placement == ASCM_PLACE_KEPT_IN_PLACE ||
-                         placement == ASCM_PLACE_KEPT_TO_BEST_FIT || placement == ASCM_PLACE_LOWEST_EQUAL;
+                         placement == ASCM_PLACE_KEPT_TO_BEST_FIT || placement == ASCM_PLACE_LOWEST_EQUAL ||
+                         placement == ASCM_PLACE_BEST_FIT_END_LAST;
     if (d->paged ? !paged_one : !contiguous_one) return ASCM_ERR_INVAL;
     ascm_lock_acquire(&d->chunks_lock);
     d->placement = placement;

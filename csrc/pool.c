@@ -71,6 +71,14 @@ static int ends_spared(const void *ctx, uint64_t n) {
     return !ascm_set_has(&p->sizes_given, n << p->gshift);
 }
 
+/* BEST_FIT_END_LAST: the end is spared for every request, as textbook best
+ * fit with the wilderness rule does (ascmem.h). */
+static int end_always_spared(const void *ctx, uint64_t n) {
+    (void)ctx;
+    (void)n;
+    return 1;
+}
+
 /* Takes a block of the large-block path and charges its pages; the caller
  * registers it (blocks map for a large block, the slab table for a slab). */
 static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t requested,
@@ -80,6 +88,9 @@ static int take_block(ascm_pool *p, uint64_t bytes, uint64_t align, uint64_t req
     int st;
     if (ASCM_UNLIKELY(p->fit.nregions != 1))
         st = take_paged(p, n, align, requested, node);
+    else if (requested && p->paging == NULL && ASCM_UNLIKELY(p->placement == ASCM_PLACE_BEST_FIT_END_LAST))
+        st = ascm_fit_take_sparing_end(&p->fit, n, align_units_for(p, align), 1, end_always_spared, p,
+                                       node);
     else if (requested && p->paging == NULL) /* a large block (slab storage: requested 0) */
         st = ascm_fit_take_sparing_end(&p->fit, n, align_units_for(p, align), ENDS_SPARED_FROM,
                                        ends_spared, p, node);
@@ -173,13 +184,13 @@ static inline int kept_block_moves_down(const ascm_pool *p, const ascm_fit_node 
            (uint64_t)below->len * KEPT_HOLE_MIN >= blk->len && p->paging == NULL;
 }
 
-/* A contiguous pool placing by KEPT_TO_BEST_FIT or LOWEST_EQUAL
+/* A contiguous pool placing by KEPT_TO_BEST_FIT, BEST_FIT_END_LAST or LOWEST_EQUAL
  * (ascm_pool_set_placement): whether the kept block, of the request's size,
  * goes to best fit instead of back in place.  Out of line: the default's
  * pair pays one byte compare for it (Note [Contiguous placements]). */
 static __attribute__((noinline)) int kept_leaves_by_placement(const ascm_pool *p,
                                                               const ascm_fit_node *blk) {
-    if (p->placement == ASCM_PLACE_KEPT_TO_BEST_FIT) return 1;
+    if (p->placement != ASCM_PLACE_LOWEST_EQUAL) return 1;
     return ascm_fit_has_equal_below(&p->fit, blk->len, blk->off);
 }
 

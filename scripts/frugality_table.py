@@ -45,7 +45,8 @@ COLUMNS = ["pool", "pool@planned", "bestfit", "bestfit-wilderness"] + [
 # (docs/TRACES.md): no longer held out, so not starred.
 SEEN = {"conformer_ctc": "the fit's scan length; the plan's units",
         "early_exit_depths": "stranded spare slabs",
-        "speculative_decoding": "the plan's units"}
+        "speculative_decoding": "the plan's units",
+        "beam_search_shrinking": "the best-fit-end-last placement"}
 
 
 def traces(extra):

@@ -705,9 +705,38 @@ static void test_contiguous_placements(void) {
         CHECK(place_after_kept(places[k], above, 5, above_frees, 3) == want_above[k]);
         CHECK(place_after_kept(places[k], hole, 4, hole_frees, 2) == want_hole[k]);
     }
+    /* BEST_FIT_END_LAST reuses nothing in place, as KEPT_TO_BEST_FIT */
+    CHECK(place_after_kept(ASCM_PLACE_BEST_FIT_END_LAST, equal, 4, equal_frees, 2) == 0);
+    CHECK(place_after_kept(ASCM_PLACE_BEST_FIT_END_LAST, above, 5, above_frees, 3) == 0);
+    /* 3, 1 and 3 MiB from 0 in an 8 MiB pool, the first freed: the free end
+     * (1 MiB at 7 MiB) is best fit's choice for 0.5 MiB, and the default's
+     * too (an end under six times the request is not spared); the wilderness
+     * rule takes the 3 MiB hole at 0 first */
+    const uint64_t ends[] = {3 * M, M, 3 * M};
+    const int ends_frees[] = {0};
+    uint64_t end_at[2];
+    for (int k = 0; k < 2; k++) {
+        ascm_pool *e;
+        ascm_pool_config ecfg = {.base = 1u << 30, .size = 8u << 20, .min_block = 4096};
+        uint64_t a[3];
+        CHECK(ascm_pool_create(&ecfg, &e) == ASCM_OK);
+        CHECK(ascm_pool_set_placement(e, k ? ASCM_PLACE_BEST_FIT_END_LAST : ASCM_PLACE_KEPT_IN_PLACE) ==
+              ASCM_OK);
+        for (int i = 0; i < 3; i++) CHECK(ascm_pool_alloc(e, ends[i], 64, &a[i]) == ASCM_OK);
+        CHECK(ascm_pool_free(e, a[ends_frees[0]]) == ASCM_OK);
+        CHECK(ascm_pool_alloc(e, M / 2, 64, &end_at[k]) == ASCM_OK);
+        POOL_OK(e);
+        ascm_pool_destroy(e);
+        end_at[k] -= 1u << 30;
+    }
+    CHECK(end_at[0] == 7 * M);
+    CHECK(end_at[1] == 0);
     ascm_pool *c;
     ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
     CHECK(ascm_pool_create(&cfg, &c) == ASCM_OK);
+    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_BEST_FIT_END_LAST) == ASCM_OK);
+    CHECK(ascm_pool_placement(c) == ASCM_PLACE_BEST_FIT_END_LAST);
+    CHECK(ascm_pool_set_placement(c, 7) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_set_placement(c, ASCM_PLACE_GRANULES) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_set_placement(c, 5) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_set_placement(c, -1) == ASCM_ERR_INVAL);
@@ -715,6 +744,7 @@ static void test_contiguous_placements(void) {
     ascm_pool *g = granule_pool();
     CHECK(ascm_pool_set_placement(g, ASCM_PLACE_KEPT_TO_BEST_FIT) == ASCM_ERR_INVAL);
     CHECK(ascm_pool_set_placement(g, ASCM_PLACE_LOWEST_EQUAL) == ASCM_ERR_INVAL);
+    CHECK(ascm_pool_set_placement(g, ASCM_PLACE_BEST_FIT_END_LAST) == ASCM_ERR_INVAL);
     ascm_pool_destroy(g);
 }
 
@@ -986,6 +1016,7 @@ static void test_device_contiguous_placement(void) {
     CHECK(ascm_device_set_placement(d, ASCM_PLACE_PACKED) == ASCM_ERR_INVAL);
     CHECK(ascm_device_set_placement(d, 5) == ASCM_ERR_INVAL);
     CHECK(ascm_device_set_placement(d, -1) == ASCM_ERR_INVAL);
+    CHECK(ascm_device_set_placement(d, ASCM_PLACE_BEST_FIT_END_LAST) == ASCM_OK);
     CHECK(ascm_device_set_placement(d, ASCM_PLACE_KEPT_TO_BEST_FIT) == ASCM_OK);
     CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 0);
     CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, 1ull << 41, 8u << 20) == ASCM_OK);

@@ -66,7 +66,7 @@ cdef class Device(_DeviceReadout):
     default) or "packed" (``ascmem.trace.choose_placement`` picks one from a
     recorded run).  Without paged, a request of the last large block freed's
     size, for every pool of every kind: "kept-in-place" (the default),
-    "kept-to-best-fit" or "lowest-equal"
+    "kept-to-best-fit", "lowest-equal" or "best-fit-end-last"
     (``ascmem.trace.choose_contiguous_placement`` picks one).  A placement of
     the other kind is refused; ``placement`` is the one in use.
     ``min_block``: the unit of every pool's large blocks and slabs, as

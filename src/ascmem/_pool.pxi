@@ -37,11 +37,13 @@ cdef int _caches_mode(object name) except -1:
 cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_PACKED,
                          "kept-in-place": ASCM_PLACE_KEPT_IN_PLACE,
                          "kept-to-best-fit": ASCM_PLACE_KEPT_TO_BEST_FIT,
-                         "lowest-equal": ASCM_PLACE_LOWEST_EQUAL}
+                         "lowest-equal": ASCM_PLACE_LOWEST_EQUAL,
+                         "best-fit-end-last": ASCM_PLACE_BEST_FIT_END_LAST}
 cdef dict _PLACEMENT_NAMES = {v: k for k, v in _PLACEMENTS.items()}
 # each kind of pool's placements, its default first (ascmem.trace has the same)
 cdef tuple _PAGED_PLACEMENTS = ("granules", "packed")
-cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
+cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal",
+                                     "best-fit-end-last")
 
 
 cdef object _placement_of(object name, bint paged, str paged_by=None):
@@ -121,7 +123,9 @@ cdef class Pool:
     place unless a smaller hole just below it would be stranded;
     "kept-to-best-fit" never reuses it in place (best fit chooses);
     "lowest-equal" reuses it unless a free block of its size lies lower,
-    which the request takes.  ``ascmem.trace.choose_contiguous_placement``
+    which the request takes; "best-fit-end-last" never reuses it in place
+    and takes the free end of the range last for every large request (the
+    wilderness rule).  ``ascmem.trace.choose_contiguous_placement``
     replays a recorded run under each and keeps the smallest arena;
     ``ascmem.trace.choose_contiguous_plan`` chooses ``min_block`` with it.
 
@@ -326,7 +330,8 @@ cdef class Pool:
     @property
     def placement(self):
         """The pool's placement (its kind's: "granules" or "packed" when paged,
-        else "kept-in-place", "kept-to-best-fit" or "lowest-equal"), read from
+        else "kept-in-place", "kept-to-best-fit", "lowest-equal" or
+        "best-fit-end-last"), read from
         the C pool: one an embedder set through the capsule included."""
         return _PLACEMENT_NAMES[ascm_pool_placement(self._p)]
 

@@ -3,7 +3,8 @@ request of the last large block freed's size goes.  "kept-in-place" (the
 default) reuses that kept block in place unless a smaller hole just below it
 would be stranded; "kept-to-best-fit" never reuses it in place;
 "lowest-equal" reuses it unless a free block of its size lies lower, which
-the request takes.  ascmem.trace.choose_contiguous_placement keeps whichever
+the request takes; "best-fit-end-last" never reuses it in place and takes
+the free end of the range last for every request (the wilderness rule).  ascmem.trace.choose_contiguous_placement keeps whichever
 replays a recorded run in the smallest arena, choose_contiguous_plan the
 placement and unit (min_block) that do (docs/ARCHITECTURE.md, Note
 [Contiguous placements])."""
@@ -27,14 +28,17 @@ BASE = 1 << 30
 LAYOUTS = {
     # a free block of the kept block's size lies lower
     "equal below": (([M] * 4, [0, 2]),
-                    {"kept-in-place": 2, "kept-to-best-fit": 0, "lowest-equal": 0}),
+                    {"kept-in-place": 2, "kept-to-best-fit": 0, "lowest-equal": 0,
+                     "best-fit-end-last": 0}),
     # a larger free block lies lower and the kept block's upper neighbour is
     # free: merged with it, the kept block is no longer the best fit
     "free above": (([M * 5 // 4] + [M] * 4, [0, 3, 2]),
-                   {"kept-in-place": 2.25, "kept-to-best-fit": 0, "lowest-equal": 2.25}),
+                   {"kept-in-place": 2.25, "kept-to-best-fit": 0, "lowest-equal": 2.25,
+                    "best-fit-end-last": 0}),
     # a hole of half its size lies just below: the default moves it down
     "hole below": (([M, M // 2, M, M], [1, 2]),
-                   {"kept-in-place": 1, "kept-to-best-fit": 1, "lowest-equal": 1.5}),
+                   {"kept-in-place": 1, "kept-to-best-fit": 1, "lowest-equal": 1.5,
+                    "best-fit-end-last": 1}),
 }
 
 
@@ -54,6 +58,25 @@ def test_each_placement_does_what_it_says(layout):
     (sizes, frees), want = LAYOUTS[layout]
     got = {p: place_after_kept(p, sizes, frees) for p in tr.CONTIGUOUS_PLACEMENTS}
     assert got == want
+
+
+def test_only_best_fit_end_last_takes_the_end_last():
+    """3, 1 and 3 MiB from 0 in an 8 MiB pool, the first freed: the free end
+    (1 MiB at 7 MiB) is best fit's choice for 0.5 MiB and the default's (an
+    end under six times the request is not spared, Note [Sparing the end]);
+    the wilderness rule takes the 3 MiB hole at 0 first.  The C test
+    contiguous_placements has the same layout."""
+    got = {}
+    for p in tr.CONTIGUOUS_PLACEMENTS:
+        pool = ascmem.Pool(8 << 20, base=BASE, placement=p)
+        first = pool.alloc(3 * M)
+        pool.alloc(M)
+        pool.alloc(3 * M)
+        pool.free(first)
+        got[p] = (pool.alloc(M // 2) - BASE) / M
+        pool.check()
+    assert got == {"kept-in-place": 7, "kept-to-best-fit": 7, "lowest-equal": 7,
+                   "best-fit-end-last": 0}
 
 
 def test_the_default_is_kept_in_place_and_survives_a_reset():

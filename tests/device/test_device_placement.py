@@ -1,6 +1,6 @@
 """A Device's placement (issue 42): a device that is not paged takes a
 contiguous Pool's placements ("kept-in-place", the default,
-"kept-to-best-fit", "lowest-equal") for every pool of every kind, those of
+"kept-to-best-fit", "lowest-equal", "best-fit-end-last") for every pool of every kind, those of
 chunks added later and those a reset makes included, as a paged one takes
 the paged placements (tests/device/test_paged_placement.py).  A placement of
 the other kind, or none, is refused (docs/ARCHITECTURE.md, Note [Contiguous
@@ -19,11 +19,14 @@ M = 1 << 20
 # tests/core/test_contiguous_placement.py, on a device's normal pool
 LAYOUTS = {
     "equal below": (([M] * 4, [0, 2]),
-                    {"kept-in-place": 2, "kept-to-best-fit": 0, "lowest-equal": 0}),
+                    {"kept-in-place": 2, "kept-to-best-fit": 0, "lowest-equal": 0,
+                     "best-fit-end-last": 0}),
     "free above": (([M * 5 // 4] + [M] * 4, [0, 3, 2]),
-                   {"kept-in-place": 2, "kept-to-best-fit": 0, "lowest-equal": 2}),
+                   {"kept-in-place": 2, "kept-to-best-fit": 0, "lowest-equal": 2,
+                    "best-fit-end-last": 0}),
     "hole below": (([M, M // 2, M, M], [1, 2]),
-                   {"kept-in-place": 1, "kept-to-best-fit": 1, "lowest-equal": 2}),
+                   {"kept-in-place": 1, "kept-to-best-fit": 1, "lowest-equal": 2,
+                    "best-fit-end-last": 1}),
 }
 
 

@@ -752,7 +752,7 @@ def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=Non
 
 
 # a contiguous Pool's placement argument; the default first
-CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal")
+CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal", "best-fit-end-last")
 # the units (Pool's and Device's min_block) a contiguous plan tries; the
 # default first (docs/ARCHITECTURE.md, Note [Contiguous placements])
 CONTIGUOUS_UNITS = (4096, 2048, 1024)
