@@ -112,7 +112,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     /* the contiguous pool under each of its placements (ascmem.h), by the
      * input's length (bits above those the other choices below use) */
-    if (ascm_pool_set_placement(pool, ASCM_PLACE_KEPT_IN_PLACE + (int)((size >> 7) % 3))) abort();
+    static const int contiguous_placements[] = {ASCM_PLACE_KEPT_IN_PLACE, ASCM_PLACE_KEPT_TO_BEST_FIT,
+                                                ASCM_PLACE_LOWEST_EQUAL, ASCM_PLACE_BEST_FIT_END_LAST};
+    if (ascm_pool_set_placement(pool, contiguous_placements[(size >> 7) % 4])) abort();
     /* thread caches on for some inputs: frees then go through the lock-free
      * validation of tcache.c, which the bad frees below must not get past */
     if (((size & 8) && ascm_pool_set_thread_caches(pool, ASCM_CACHES_ON)) ||
