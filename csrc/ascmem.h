@@ -209,9 +209,12 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
 /* Where a paged pool places blocks of a granule or more.  GRANULES (a new
  * pool's): by the granule rules, blocks aligned to granule boundaries and
  * large ones from the top of their hole.  PACKED: at the low end of the hole
- * best fit chose, end to end with the block below.  Neither maps fewer
- * granules on every workload; ascmem.trace.choose_placement replays a
- * recorded run under both (docs/ARCHITECTURE.md, Note [Packed placement]).
+ * best fit chose, end to end with the block below.  BEST_FIT: every block,
+ * small or large, as plain best fit places it, in one region, with no
+ * granule rule (ascmem.reference.bestfit_unmapped_peak's placement).  None
+ * maps fewer granules on every workload; ascmem.trace.choose_placement
+ * replays a recorded run under each (docs/ARCHITECTURE.md, Note [Packed
+ * placement], Note [Best-fit placement]).
  *
  * Where a contiguous pool places the last large block freed (the kept
  * block, Note [The kept block]) when the next large request has its size.
@@ -227,7 +230,8 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
  * It applies to the blocks placed from then on.  ASCM_ERR_INVAL for another
  * value, or for a placement of the other kind of pool. */
 enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1,
-       ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4 };
+       ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4,
+       ASCM_PLACE_BEST_FIT = 5 };
 int ascm_pool_set_placement(ascm_pool *p, int placement);
 /* The pool's placement: one of its kind's, its default until one is set. */
 int ascm_pool_placement(ascm_pool *p);

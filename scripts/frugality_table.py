@@ -4,7 +4,7 @@ ascmem.trace.choose_contiguous_placement, whichever replays it in the smallest
 arena) against textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
 64 GiB, and with the placement chosen from the trace itself
-(ascmem.trace.choose_placement: "granules" or "packed", whichever maps less),
+(ascmem.trace.choose_placement: "granules", "packed" or "best-fit", whichever maps least),
 best fit + unmapping of fully free granules, torch_npu's expandable
 segments (ascmem.torch_expandable: pages unmapped never -- only on the last
 retry before out-of-memory -- or eagerly, as soon as they are free), and the
