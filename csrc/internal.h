@@ -319,6 +319,9 @@ int ascm_fit_take_sparing_end(ascm_fit *f, uint64_t n, uint64_t align_units, uin
  * fit.c). */
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *node);
+/* With regions: plain best fit in the first region, the regions after it
+ * acting as its continuation (a paged pool's best-fit placement; fit.c). */
+int ascm_fit_take_across(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *node);
 /* Paged pools (fit.c, "mapped granules first"): a free block of region
  * with a place at one of its ends (*start) where n units (under a granule
  * of g units) touch only granules `mapped` says are mapped, or 0; nothing is

@@ -51,7 +51,7 @@ static inline int mapped_first(const ascm_pool *p, uint64_t n) {
  * region (docs/ARCHITECTURE.md, Note [Best-fit placement]). */
 static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t requested, uint32_t *node) {
     if (ASCM_UNLIKELY(p->placement == ASCM_PLACE_BEST_FIT))
-        return ascm_fit_take_in(&p->fit, n, align_units_for(p, align), 0, 0, node);
+        return ascm_fit_take_across(&p->fit, n, align_units_for(p, align), node);
     uint64_t g = 1ull << (p->pshift - p->gshift);
     if (ASCM_UNLIKELY(mapped_first(p, n)) && align_units_for(p, align) == 1 &&
         ascm_fit_take_mapped(&p->fit, n, 0, g, granule_mapped, p, node) == ASCM_OK)

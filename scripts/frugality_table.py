@@ -43,7 +43,9 @@ COLUMNS = ["pool", "pool@planned", "bestfit", "bestfit-wilderness"] + [
 
 # Traces of tests/data/heldout/ that a placement rule was chosen on
 # (docs/TRACES.md): no longer held out, so not starred.
-SEEN = {"conformer_ctc": "the fit's scan length", "early_exit_depths": "stranded spare slabs"}
+SEEN = {"conformer_ctc": "the fit's scan length", "early_exit_depths": "stranded spare slabs",
+        "detector_boxes": "the best-fit placement's slab size limit",
+        "speculative_decoding": "the best-fit placement's slab size limit"}
 
 
 def traces(extra):

@@ -5,6 +5,7 @@ ascmem.trace.choose_placement, which keeps whichever maps fewer bytes when a
 recorded run replays.  Neither wins on every workload (docs/ARCHITECTURE.md,
 Note [Packed placement])."""
 import json
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 import ascmem
 import ascmem.trace as tr
 from ascmem.errors import InvalidArgumentError
+from conftest import TESTS
 
 G = 64 << 10
 
@@ -71,9 +73,11 @@ def test_a_tie_keeps_the_default():
 
 
 def test_fit_names_the_placement_that_maps_least():
-    """vit_train at 2 MiB: packing maps less than the granule rules, plain
-    best fit a granule less again (test_best_fit_placement.py)."""
-    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", "--example", "vit_train",
+    """detector_boxes (held out) at 2 MiB: packing maps a granule less than
+    the granule rules, plain best fit a granule less again
+    (test_best_fit_placement.py)."""
+    path = os.path.join(TESTS, "data", "heldout", "detector_boxes.csv.gz")
+    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", path,
                         "--allocator", "pool", "--granule", "2MiB", "--resolution", "4MiB",
                         "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
