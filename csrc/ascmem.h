@@ -210,8 +210,9 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
  * pool's): by the granule rules, blocks aligned to granule boundaries and
  * large ones from the top of their hole.  PACKED: at the low end of the hole
  * best fit chose, end to end with the block below.  BEST_FIT: every block,
- * small or large, as plain best fit places it, in one region, with no
- * granule rule (ascmem.reference.bestfit_unmapped_peak's placement).  None
+ * small or large, as plain best fit places it, the regions acting as one,
+ * with no granule rule and slabs for blocks of 1 KiB or less only
+ * (ascmem.reference.bestfit_unmapped_peak's placement).  None
  * maps fewer granules on every workload; ascmem.trace.choose_placement
  * replays a recorded run under each (docs/ARCHITECTURE.md, Note [Packed
  * placement], Note [Best-fit placement]).

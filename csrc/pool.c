@@ -47,8 +47,8 @@ static inline int mapped_first(const ascm_pool *p, uint64_t n) {
  * sizes freed before; docs/ARCHITECTURE.md, Note [Mapped granules first]).
  * A packed pool (ascm_pool_set_placement) gives best fit no granule: every
  * block at the low end of its hole, end to end with the block below it.  A
- * best-fit pool places every block as plain best fit does, in the first
- * region (docs/ARCHITECTURE.md, Note [Best-fit placement]). */
+ * best-fit pool places every block as plain best fit does, the regions
+ * acting as one (docs/ARCHITECTURE.md, Note [Best-fit placement]). */
 static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t requested, uint32_t *node) {
     if (ASCM_UNLIKELY(p->placement == ASCM_PLACE_BEST_FIT))
         return ascm_fit_take_across(&p->fit, n, align_units_for(p, align), node);
