@@ -209,9 +209,13 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
 /* Where a paged pool places blocks of a granule or more.  GRANULES (a new
  * pool's): by the granule rules, blocks aligned to granule boundaries and
  * large ones from the top of their hole.  PACKED: at the low end of the hole
- * best fit chose, end to end with the block below.  Neither maps fewer
- * granules on every workload; ascmem.trace.choose_placement replays a
- * recorded run under both (docs/ARCHITECTURE.md, Note [Packed placement]).
+ * best fit chose, end to end with the block below.  BEST_FIT: every block,
+ * small or large, as plain best fit places it, the regions acting as one,
+ * with no granule rule and slabs for blocks of 1 KiB or less only
+ * (ascmem.reference.bestfit_unmapped_peak's placement).  None
+ * maps fewer granules on every workload; ascmem.trace.choose_placement
+ * replays a recorded run under each (docs/ARCHITECTURE.md, Note [Packed
+ * placement], Note [Best-fit placement]).
  *
  * Where a contiguous pool places the last large block freed (the kept
  * block, Note [The kept block]) when the next large request has its size.
@@ -232,7 +236,7 @@ int ascm_pool_thread_caches_on(const ascm_pool *p);
  * value, or for a placement of the other kind of pool. */
 enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1,
        ASCM_PLACE_KEPT_IN_PLACE = 2, ASCM_PLACE_KEPT_TO_BEST_FIT = 3, ASCM_PLACE_LOWEST_EQUAL = 4,
-       ASCM_PLACE_BEST_FIT_END_LAST = 6 };
+       ASCM_PLACE_BEST_FIT = 5, ASCM_PLACE_BEST_FIT_END_LAST = 6 };
 int ascm_pool_set_placement(ascm_pool *p, int placement);
 /* The pool's placement: one of its kind's, its default until one is set. */
 int ascm_pool_placement(ascm_pool *p);
@@ -444,7 +448,7 @@ uint64_t ascm_device_trim(ascm_device *d);
 int ascm_device_set_thread_caches(ascm_device *d, int mode);
 /* The placement (ascm_pool_set_placement) of the device's pools, those of
  * chunks added later and those a reset makes included: on a paged device
- * GRANULES or PACKED for its paged pools, on a device that is not paged
+ * GRANULES, PACKED or BEST_FIT for its paged pools, on a device that is not paged
  * KEPT_IN_PLACE, KEPT_TO_BEST_FIT, LOWEST_EQUAL or BEST_FIT_END_LAST for every pool.
  * ASCM_ERR_INVAL for another value, or one of the other kind of device. */
 int ascm_device_set_placement(ascm_device *d, int placement);

@@ -87,11 +87,8 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode) {
  * hold a placement none of its pools has.  chunks_lock before a pool's lock,
  * as in ascm_device_release_empty. */
 int ascm_device_set_placement(ascm_device *d, int placement) {
-    int paged_one = placement == ASCM_PLACE_GRANULES || placement == ASCM_PLACE_PACKED;
-    int contiguous_one = placement == ASCM_PLACE_KEPT_IN_PLACE ||
-                         placement == ASCM_PLACE_KEPT_TO_BEST_FIT || placement == ASCM_PLACE_LOWEST_EQUAL ||
-                         placement == ASCM_PLACE_BEST_FIT_END_LAST;
-    if (d->paged ? !paged_one : !contiguous_one) return ASCM_ERR_INVAL;
+    if (d->paged ? !ascm_placement_paged(placement) : !ascm_placement_contiguous(placement))
+        return ASCM_ERR_INVAL;
     ascm_lock_acquire(&d->chunks_lock);
     d->placement = placement;
     for (int k = 0; k < ASCM_KINDS; k++) {

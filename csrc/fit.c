@@ -241,16 +241,22 @@ static inline uint32_t best_in_bin(const ascm_fit *f, uint32_t head, uint64_t ne
 }
 
 /* Best fit for need units among the free blocks of B other than node
- * other, or 0 (the bins from need's up, to the first that holds one). */
-static uint32_t find_other(const ascm_fit *f, const ascm_fit_bins *B, uint64_t need, uint32_t other) {
+ * other, or 0 (the bins from need's up, to the first that holds one; ties:
+ * lowest address, or highest when high).  Node other takes none of a bin's
+ * ASCM_FIT_SCAN looks: the scan sees what it would see were other not
+ * there (a region's wild block, of a size that varies with the range). */
+static uint32_t find_other(const ascm_fit *f, const ascm_fit_bins *B, uint64_t need, uint32_t other,
+                           int high) {
     for (uint32_t b = next_bin(B, bin_of(need)); b < ASCM_FIT_BINS; b = next_bin(B, b + 1)) {
         uint32_t best = ASCM_NODE_NONE;
         unsigned seen = 0;
-        for (uint32_t i = B->head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
+        for (uint32_t i = B->head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free) {
             const ascm_fit_node *n = &f->nodes[i];
-            if (n->len < need || i == other) continue;
+            if (i == other) continue;
+            seen++;
+            if (n->len < need) continue;
             if (!best || n->len < f->nodes[best].len ||
-                (n->len == f->nodes[best].len && n->off < f->nodes[best].off))
+                (n->len == f->nodes[best].len && (n->off < f->nodes[best].off) != high))
                 best = i;
         }
         if (best) return best;
@@ -270,12 +276,59 @@ static inline uint32_t find_in(const ascm_fit *f, const ascm_fit_bins *B, uint64
     return x;
 }
 
+/* Whether free block i reaches the end of its region (the end of the range
+ * for the last). */
+static inline int region_tail(const ascm_fit *f, uint32_t i) {
+    uint32_t next = f->nodes[i].next_phys;
+    return !next || region_start(f, f->nodes[next].off, 1);
+}
+
+/* Whether free block i of B's region is the largest there (ties: any). */
+static int largest_in(const ascm_fit *f, const ascm_fit_bins *B, uint32_t i) {
+    uint32_t w = 63 - (uint32_t)__builtin_clzll(B->words);
+    uint32_t top = (w << 6) | ascm_log2_floor(B->bits[w]);
+    if ((f->nodes[i].bin & BIN_MASK) != top) return 0;
+    for (uint32_t j = B->head[top]; j; j = f->nodes[j].next_free)
+        if (f->nodes[j].len > f->nodes[i].len) return 0;
+    return 1;
+}
+
+/* The wild block of a region of a fit with regions: the part of the region
+ * that nothing has used yet (or that was given back to it), whose size is
+ * the region's less what is in use, and a region's size is a fixed part of
+ * the range (ascm_fit_init).  Best fit takes it last, as if it were larger
+ * than any other free block: compared by size, a block went to it in a
+ * small range and to an older hole of the same region in a large one, so the
+ * memory mapped moved with the range's size (speculative_decoding at 2 MiB:
+ * 14 granules in a range of four times its peak, 13 in 64 GiB).  Taken last
+ * it acts as the end of an unbounded arena, the reference best fit's
+ * (ascmem.reference.bestfit_unmapped_peak).  In the first region blocks go
+ * at the low end of their hole, and the wild block is the one reaching the
+ * region's end.  In the others large blocks come from the top (Note
+ * [Size-class regions]), and it lies between the two ends: the largest
+ * free block, which in a range of any size that the trace does not fill is
+ * that one. */
+static inline int wild(const ascm_fit *f, uint32_t region, uint32_t i) {
+    return region ? largest_in(f, bins_at((ascm_fit *)f, region, 1), i) : region_tail(f, i);
+}
+
+/* Best fit in one region of a fit with regions, the wild block last. */
+static uint32_t find_wild_last(const ascm_fit *f, uint32_t region, uint64_t need, int high) {
+    const ascm_fit_bins *B = bins_at((ascm_fit *)f, region, 1);
+    uint32_t x = find_in(f, B, need, high);
+    if (x && wild(f, region, x)) {
+        uint32_t y = find_other(f, B, need, x, high);
+        if (y) return y;
+    }
+    return x;
+}
+
 /* The region's bins had nothing: the nearest region that has, looking
  * alternately above and below. */
 static uint32_t find_elsewhere(ascm_fit *f, uint32_t region, uint64_t need, int high) {
     for (uint32_t d = 1; d < f->nregions; d++) {
-        uint32_t x = region + d < f->nregions ? find_in(f, bins_at(f, region + d, 1), need, high) : 0;
-        if (!x && d <= region) x = find_in(f, bins_at(f, region - d, 1), need, high);
+        uint32_t x = region + d < f->nregions ? find_wild_last(f, region + d, need, high) : 0;
+        if (!x && d <= region) x = find_wild_last(f, region - d, need, high);
         if (x) return x;
     }
     return ASCM_NODE_NONE;
@@ -386,9 +439,11 @@ static inline uint64_t granule_place_high(uint64_t off, uint64_t len, uint64_t n
 }
 
 /* Best fit among the free blocks of B that hold n units from a granule
- * boundary, looking at a few non-empty bins from n's; 0 if none of those
- * does (the caller then asks for n + g - 1 units, which any block holds). */
-static uint32_t find_whole(const ascm_fit *f, const ascm_fit_bins *B, uint64_t n, uint64_t g) {
+ * boundary, looking at a few non-empty bins from n's, the region's tail
+ * aside; 0 if none of those does (the caller then asks for n + g - 1
+ * units, which any block holds, the tail last). */
+static uint32_t find_whole(const ascm_fit *f, uint32_t region, uint64_t n, uint64_t g) {
+    const ascm_fit_bins *B = bins_at((ascm_fit *)f, region, 1);
     uint32_t b = bin_of(n);
     for (int bins = 0; bins < 4; bins++, b++) {
         if ((b = next_bin(B, b)) == ASCM_FIT_BINS) return ASCM_NODE_NONE;
@@ -397,6 +452,7 @@ static uint32_t find_whole(const ascm_fit *f, const ascm_fit_bins *B, uint64_t n
         for (uint32_t i = B->head[b]; i && seen < ASCM_FIT_SCAN; i = f->nodes[i].next_free, seen++) {
             const ascm_fit_node *x = &f->nodes[i];
             if (((x->off + g - 1) & ~(g - 1)) + n > (uint64_t)x->off + x->len) continue;
+            if (wild(f, region, i)) continue; /* taken last (find_wild_last) */
             if (!best || x->len < f->nodes[best].len ||
                 (x->len == f->nodes[best].len && x->off < f->nodes[best].off))
                 best = i;
@@ -447,6 +503,9 @@ ASCM_SPECIALISED int reaches_end(const ascm_fit *f, uint32_t x) {
     return (uint64_t)f->nodes[x].off + f->nodes[x].len == f->nunits;
 }
 
+/* take's `regions` for a fit whose regions act as one (ascm_fit_take_across). */
+#define ACROSS 2
+
 ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int high, uint32_t region,
                           uint64_t g, uint32_t *out, int regions, uint64_t end_factor,
                           int (*spare_end)(const void *ctx, uint64_t n), const void *ctx) {
@@ -455,18 +514,20 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
     if (need < n || need > f->nunits) return ASCM_ERR_NOMEM;
     uint32_t x = ASCM_NODE_NONE;
     if (regions && g && whole_granules(n, g)) {
-        x = find_whole(f, bins_at(f, region, regions), n, g);
+        x = find_whole(f, region, n, g);
         if (!x && n + g - 1 <= f->nunits) { /* any block of n + g - 1 units holds it whole */
-            x = find_in(f, bins_at(f, region, regions), n + g - 1, high);
+            x = find_wild_last(f, region, n + g - 1, high);
             if (!x) x = find_elsewhere(f, region, n + g - 1, high);
         }
         if (!x) g = 0; /* no free block holds it whole: placed as any block */
     }
-    if (!x) x = find_in(f, bins_at(f, region, regions), need, high);
+    if (!x) x = regions ? find_wild_last(f, region, need, high)
+                        : find_in(f, bins_at(f, region, regions), need, high);
     if (end_factor && x && reaches_end(f, x) && f->nodes[x].len / end_factor >= need && spare_end(ctx, n)) {
-        uint32_t y = find_other(f, &f->one, need, x);
+        uint32_t y = find_other(f, &f->one, need, x, 0);
         if (y) x = y;
     }
+    if (regions == ACROSS && !x) x = fuse_run(f, need);
     if (regions && !x && !(x = find_elsewhere(f, region, need, high))) x = fuse_run(f, need);
     if (!x) return ASCM_ERR_NOMEM;
     /* Room for the split's nodes first: growing the array moves it.  The low
@@ -529,6 +590,17 @@ int ascm_fit_take_sparing_end(ascm_fit *f, uint64_t n, uint64_t align_units, uin
     return take(f, n, align_units, 0, 0, 0, out, 0, end_factor, spare_end, ctx);
 }
 
+/* Plain best fit in the first region, which the others continue: a request
+ * it cannot hold joins its free end to the free start of the next region
+ * (fuse_run) before it goes to best fit in another region.  The first region
+ * holds a quarter to a half of the range; sent to the next region's start,
+ * such a request left the first one's end unused in a range of four times
+ * the peak that in 64 GiB it would have taken (vit_train, 2 MiB: 521
+ * granules against 520). */
+int ascm_fit_take_across(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *out) {
+    return take(f, n, align_units, 0, 0, 0, out, ACROSS, 0, NULL, NULL);
+}
+
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *out) {
     int high = granule && region && n >= HIGH_GRANULES * granule;
@@ -548,29 +620,47 @@ int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t reg
  * scan found no better place on any trace. */
 #define IN_MAPPED_SCAN 16u
 
+/* Whether n units at start s of free block x land in mapped granules only
+ * (a block under a granule touches one or two: its first and last). */
+static inline int in_mapped(uint64_t s, uint64_t n, uint64_t g,
+                            int (*mapped)(const void *ctx, uint64_t granule), const void *ctx) {
+    return mapped(ctx, s / g) && mapped(ctx, (s + n - 1) / g);
+}
+
 uint32_t ascm_fit_find_mapped(ascm_fit *f, uint64_t n, uint32_t region, uint64_t g,
                               int (*mapped)(const void *ctx, uint64_t granule), const void *ctx,
                               uint64_t *start) {
     const ascm_fit_bins *B = bins_at(f, region, 1);
-    uint32_t best = ASCM_NODE_NONE;
+    uint32_t best = ASCM_NODE_NONE, tail = ASCM_NODE_NONE;
     uint64_t best_start = 0;
     unsigned seen = 0;
     for (uint32_t b = next_bin(B, bin_of(n)); b < ASCM_FIT_BINS && !best && seen < IN_MAPPED_SCAN;
          b = next_bin(B, b + 1)) {
-        for (uint32_t i = B->head[b]; i && seen < IN_MAPPED_SCAN; i = f->nodes[i].next_free, seen++) {
+        for (uint32_t i = B->head[b]; i && seen < IN_MAPPED_SCAN; i = f->nodes[i].next_free) {
             const ascm_fit_node *x = &f->nodes[i];
+            if (wild(f, region, i)) { /* looked at last, as best fit takes it (find_wild_last) */
+                tail = i;
+                continue;
+            }
+            seen++;
             if (x->len < n || (best && (x->len > f->nodes[best].len ||
                                         (x->len == f->nodes[best].len && x->off > f->nodes[best].off))))
                 continue;
-            /* a block under a granule touches one or two: its first and last */
             uint64_t s = x->off, e = (uint64_t)x->off + x->len - n;
-            if (mapped(ctx, s / g) && mapped(ctx, (s + n - 1) / g)) {
+            if (in_mapped(s, n, g, mapped, ctx)) {
                 best = i;
                 best_start = s;
-            } else if (mapped(ctx, e / g) && mapped(ctx, (e + n - 1) / g)) {
+            } else if (in_mapped(e, n, g, mapped, ctx)) {
                 best = i;
                 best_start = e;
             }
+        }
+    }
+    if (!best && tail && seen < IN_MAPPED_SCAN && f->nodes[tail].len >= n) {
+        uint64_t s = f->nodes[tail].off, e = s + f->nodes[tail].len - n;
+        if (in_mapped(s, n, g, mapped, ctx) || in_mapped(e, n, g, mapped, ctx)) {
+            best = tail;
+            best_start = in_mapped(s, n, g, mapped, ctx) ? s : e;
         }
     }
     *start = best_start;

@@ -45,6 +45,15 @@ static inline unsigned ascm_log2_floor(uint64_t x) { return 63u - (unsigned)__bu
 static inline unsigned ascm_log2_ceil(uint64_t x) { return x <= 1 ? 0 : ascm_log2_floor(x - 1) + 1; }
 static inline int ascm_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
+/* The placements (ASCM_PLACE_*, ascmem.h) of each kind of pool. */
+static inline int ascm_placement_paged(int placement) {
+    return placement == ASCM_PLACE_GRANULES || placement == ASCM_PLACE_PACKED || placement == ASCM_PLACE_BEST_FIT;
+}
+static inline int ascm_placement_contiguous(int placement) {
+    return placement == ASCM_PLACE_KEPT_IN_PLACE || placement == ASCM_PLACE_KEPT_TO_BEST_FIT ||
+           placement == ASCM_PLACE_LOWEST_EQUAL || placement == ASCM_PLACE_BEST_FIT_END_LAST;
+}
+
 /* Zeroed memory aligned to a cache line, for structures that threads share
  * (the pool, a thread cache): a line of one must not hold another's fields.
  * Freed with free(). */
@@ -310,6 +319,9 @@ int ascm_fit_take_sparing_end(ascm_fit *f, uint64_t n, uint64_t align_units, uin
  * fit.c). */
 int ascm_fit_take_in(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t region, uint64_t granule,
                      uint32_t *node);
+/* With regions: plain best fit in the first region, the regions after it
+ * acting as its continuation (a paged pool's best-fit placement; fit.c). */
+int ascm_fit_take_across(ascm_fit *f, uint64_t n, uint64_t align_units, uint32_t *node);
 /* Paged pools (fit.c, "mapped granules first"): a free block of region
  * with a place at one of its ends (*start) where n units (under a granule
  * of g units) touch only granules `mapped` says are mapped, or 0; nothing is

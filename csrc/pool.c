@@ -46,8 +46,12 @@ static inline int mapped_first(const ascm_pool *p, uint64_t n) {
  * it maps no granule ("mapped granules first" in fit.c, which says why
  * sizes freed before; docs/ARCHITECTURE.md, Note [Mapped granules first]).
  * A packed pool (ascm_pool_set_placement) gives best fit no granule: every
- * block at the low end of its hole, end to end with the block below it. */
+ * block at the low end of its hole, end to end with the block below it.  A
+ * best-fit pool places every block as plain best fit does, the regions
+ * acting as one (docs/ARCHITECTURE.md, Note [Best-fit placement]). */
 static int take_paged(ascm_pool *p, uint64_t n, uint64_t align, uint64_t requested, uint32_t *node) {
+    if (ASCM_UNLIKELY(p->placement == ASCM_PLACE_BEST_FIT))
+        return ascm_fit_take_across(&p->fit, n, align_units_for(p, align), node);
     uint64_t g = 1ull << (p->pshift - p->gshift);
     if (ASCM_UNLIKELY(mapped_first(p, n)) && align_units_for(p, align) == 1 &&
         ascm_fit_take_mapped(&p->fit, n, 0, g, granule_mapped, p, node) == ASCM_OK)
@@ -184,10 +188,12 @@ static inline int kept_block_moves_down(const ascm_pool *p, const ascm_fit_node 
            (uint64_t)below->len * KEPT_HOLE_MIN >= blk->len && p->paging == NULL;
 }
 
-/* A contiguous pool placing by KEPT_TO_BEST_FIT, BEST_FIT_END_LAST or LOWEST_EQUAL
- * (ascm_pool_set_placement): whether the kept block, of the request's size,
- * goes to best fit instead of back in place.  Out of line: the default's
- * pair pays one byte compare for it (Note [Contiguous placements]). */
+/* A contiguous pool placing by KEPT_TO_BEST_FIT, BEST_FIT_END_LAST or
+ * LOWEST_EQUAL, or a paged one by BEST_FIT (ascm_pool_set_placement):
+ * whether the kept block, of the request's size, goes to best fit instead
+ * of back in place (always, but for LOWEST_EQUAL: plain best fit has no
+ * kept block).  Out of line: the default's pair pays one byte compare for
+ * it (Note [Contiguous placements]). */
 static __attribute__((noinline)) int kept_leaves_by_placement(const ascm_pool *p,
                                                               const ascm_fit_node *blk) {
     if (p->placement != ASCM_PLACE_LOWEST_EQUAL) return 1;

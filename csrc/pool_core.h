@@ -152,10 +152,21 @@ void ascm_slab_list_unlink(ascm_pool *p, ascm_slab_class *k, uint32_t si);
 void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si); /* keep as spare or release */
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
 
+/* A paged pool placing by best fit (ASCM_PLACE_BEST_FIT) serves requests
+ * over this many bytes from best fit, not slabs.  A slab's storage is
+ * 8 KiB aligned and its free slots hold room between the blocks best fit
+ * packs end to end, which costs the granule a peak packed that tight needs
+ * (detector_boxes at 2 MiB: 10 granules, 9 with these requests in best fit,
+ * as the reference's); blocks of 1 KiB or less stay in slabs, where the
+ * pool's 4 KiB units would waste four times them or more
+ * (docs/ARCHITECTURE.md, Note [Best-fit placement], has the figures). */
+#define BEST_FIT_SLAB_MAX 1024u
+
 /* The slab class a pool serves a request from, or -1 for the large-block
  * path (alignment above the unit goes there too). */
 static inline int ascm_pool_class_of(const ascm_pool *p, uint64_t size, uint64_t align) {
-    return align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    int c = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
+    return c >= 0 && size > BEST_FIT_SLAB_MAX && ASCM_UNLIKELY(p->placement == ASCM_PLACE_BEST_FIT) ? -1 : c;
 }
 
 /* The slab at index si (< nslabs_used) if it holds storage now, else NULL:

@@ -165,11 +165,8 @@ uint64_t ascm_pool_trim(ascm_pool *p) {
 }
 
 int ascm_pool_set_placement(ascm_pool *p, int placement) {
-    int paged_one = placement == ASCM_PLACE_GRANULES || placement == ASCM_PLACE_PACKED;
-    int contiguous_one = placement == ASCM_PLACE_KEPT_IN_PLACE ||
-                         placement == ASCM_PLACE_KEPT_TO_BEST_FIT || placement == ASCM_PLACE_LOWEST_EQUAL ||
-                         placement == ASCM_PLACE_BEST_FIT_END_LAST;
-    if (p->paging ? !paged_one : !contiguous_one) return ASCM_ERR_INVAL;
+    if (p->paging ? !ascm_placement_paged(placement) : !ascm_placement_contiguous(placement))
+        return ASCM_ERR_INVAL;
     ascm_pool_lock(p);
     p->placement = (uint8_t)placement;
     ascm_pool_unlock(p);

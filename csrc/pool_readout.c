@@ -189,8 +189,8 @@ static int check_locked(ascm_pool *p, char *msg, size_t msglen) {
     if (st != ASCM_OK) return st;
     /* 0 is either kind's default; another kind's placement would send a
      * paged pool's kept block to ascm_fit_has_equal_below, a one-region scan */
-    if ((p->placement > ASCM_PLACE_LOWEST_EQUAL && p->placement != ASCM_PLACE_BEST_FIT_END_LAST) ||
-        (p->placement != ASCM_PLACE_GRANULES && (p->placement == ASCM_PLACE_PACKED) != (p->paging != NULL)))
+    if (p->placement != ASCM_PLACE_GRANULES &&
+        !(p->paging ? ascm_placement_paged(p->placement) : ascm_placement_contiguous(p->placement)))
         return ascm_fail(msg, msglen, "placement %u is not one of the pool's kind", (unsigned)p->placement);
     uint64_t live = 0, used = 0, requested = 0, pages = 0;
     uint32_t *refs = calloc(p->npages, sizeof *refs);

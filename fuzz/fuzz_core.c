@@ -115,6 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const int contiguous_placements[] = {ASCM_PLACE_KEPT_IN_PLACE, ASCM_PLACE_KEPT_TO_BEST_FIT,
                                                 ASCM_PLACE_LOWEST_EQUAL, ASCM_PLACE_BEST_FIT_END_LAST};
     if (ascm_pool_set_placement(pool, contiguous_placements[(size >> 7) % 4])) abort();
+    /* and the paged pool under each of its own, by the bits above */
+    static const int paged_placements[] = {ASCM_PLACE_GRANULES, ASCM_PLACE_PACKED, ASCM_PLACE_BEST_FIT};
+    if (ascm_pool_set_placement(paged, paged_placements[(size >> 9) % 3])) abort();
     /* thread caches on for some inputs: frees then go through the lock-free
      * validation of tcache.c, which the bad frees below must not get past */
     if (((size & 8) && ascm_pool_set_thread_caches(pool, ASCM_CACHES_ON)) ||

@@ -4,7 +4,7 @@ trace itself, ascmem.trace.choose_contiguous_plan, whichever replays it in the
 smallest arena) against textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
 64 GiB, and with the placement chosen from the trace itself
-(ascmem.trace.choose_placement: "granules" or "packed", whichever maps less),
+(ascmem.trace.choose_placement: "granules", "packed" or "best-fit", whichever maps least),
 best fit + unmapping of fully free granules, torch_npu's expandable
 segments (ascmem.torch_expandable: pages unmapped never -- only on the last
 retry before out-of-memory -- or eagerly, as soon as they are free), and the
@@ -45,7 +45,8 @@ COLUMNS = ["pool", "pool@planned", "bestfit", "bestfit-wilderness"] + [
 # (docs/TRACES.md): no longer held out, so not starred.
 SEEN = {"conformer_ctc": "the fit's scan length; the plan's units",
         "early_exit_depths": "stranded spare slabs",
-        "speculative_decoding": "the plan's units",
+        "speculative_decoding": "the plan's units; the best-fit placement's slab size limit",
+        "detector_boxes": "the best-fit placement's slab size limit",
         "beam_search_shrinking": "the best-fit-end-last placement"}
 
 

@@ -661,6 +661,39 @@ static void test_paged_packed_placement(void) {
     ascm_pool_destroy(c);
 }
 
+/* Best-fit placement (ascm_pool_set_placement): a block of 3/4 granule and
+ * one of a granule and a quarter go end to end from the start of the range,
+ * as plain best fit puts them, and map two granules; the other placements
+ * keep them in their size-class regions, three.  Freed and asked for again,
+ * the large block goes back to best fit (there is no kept block to reuse):
+ * the same place here. */
+static void test_paged_best_fit_placement(void) {
+    const uint64_t G = 64u << 10, B = 1ull << 36, R1 = B + (32u << 20);
+    const int placements[] = {ASCM_PLACE_GRANULES, ASCM_PLACE_PACKED, ASCM_PLACE_BEST_FIT};
+    for (int i = 0; i < 3; i++) {
+        int best_fit = placements[i] == ASCM_PLACE_BEST_FIT;
+        ascm_pool *p = granule_pool();
+        CHECK(ascm_pool_set_placement(p, placements[i]) == ASCM_OK);
+        CHECK(ascm_pool_placement(p) == placements[i]);
+        uint64_t small, large, again;
+        CHECK(ascm_pool_alloc(p, G * 3 / 4, 64, &small) == ASCM_OK && small == B); /* over ASCM_SLAB_MAX */
+        CHECK(ascm_pool_alloc(p, G * 5 / 4, 64, &large) == ASCM_OK && large == (best_fit ? B + G * 3 / 4 : R1));
+        ascm_stats st;
+        ascm_pool_stats(p, &st);
+        CHECK(st.mapped == (best_fit ? 2 : 3) * G);
+        POOL_OK(p);
+        ascm_pool_free(p, large);
+        CHECK(ascm_pool_alloc(p, G * 5 / 4, 64, &again) == ASCM_OK && again == large);
+        POOL_OK(p);
+        ascm_pool_destroy(p);
+    }
+    ascm_pool *c;
+    ascm_pool_config cfg = {.base = 1u << 20, .size = 16u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &c) == ASCM_OK);
+    CHECK(ascm_pool_set_placement(c, ASCM_PLACE_BEST_FIT) == ASCM_ERR_INVAL); /* paged pools' */
+    ascm_pool_destroy(c);
+}
+
 /* Contiguous placements (ascm_pool_set_placement): where a request of the
  * kept block's size goes.  Three layouts, each 1 MiB request (M) made
  * right after the kept block K was freed:
@@ -902,11 +935,17 @@ static void test_check_detects_bad_placement_and_adaptive_state(void) {
     POOL_OK(g);
     c->placement = ASCM_PLACE_PACKED;
     CHECK(ascm_pool_check(c, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    c->placement = ASCM_PLACE_BEST_FIT; /* a paged pool's */
+    CHECK(ascm_pool_check(c, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     c->placement = 9;
     CHECK(ascm_pool_check(c, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     c->placement = ASCM_PLACE_LOWEST_EQUAL;
     POOL_OK(c);
     g->placement = ASCM_PLACE_LOWEST_EQUAL;
+    CHECK(ascm_pool_check(g, msg, sizeof msg) == ASCM_ERR_CORRUPT);
+    g->placement = ASCM_PLACE_BEST_FIT;
+    POOL_OK(g);
+    g->placement = 9;
     CHECK(ascm_pool_check(g, msg, sizeof msg) == ASCM_ERR_CORRUPT);
     g->placement = ASCM_PLACE_PACKED;
     POOL_OK(g);
@@ -1840,6 +1879,7 @@ int main(void) {
         {"paged_regions", test_paged_regions},
         {"paged_granule_placement", test_paged_granule_placement},
         {"paged_packed_placement", test_paged_packed_placement},
+        {"paged_best_fit_placement", test_paged_best_fit_placement},
         {"contiguous_placements", test_contiguous_placements},
         {"device_contiguous_placement", test_device_contiguous_placement},
         {"device_min_block", test_device_min_block},

@@ -94,6 +94,7 @@ cdef extern from "ascmem.h" nogil:
         ASCM_PLACE_KEPT_IN_PLACE
         ASCM_PLACE_KEPT_TO_BEST_FIT
         ASCM_PLACE_LOWEST_EQUAL
+        ASCM_PLACE_BEST_FIT
         ASCM_PLACE_BEST_FIT_END_LAST
     const char *ascm_status_str(int status)
 

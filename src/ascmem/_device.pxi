@@ -63,8 +63,8 @@ cdef class Device(_DeviceReadout):
     ``placement``: where each kind's pools place blocks, as
     ``Pool(placement=...)``, for the pools of chunks added later and after a
     reset too.  With paged, blocks of a granule or more: "granules" (the
-    default) or "packed" (``ascmem.trace.choose_placement`` picks one from a
-    recorded run).  Without paged, a request of the last large block freed's
+    default), "packed" or "best-fit" (``ascmem.trace.choose_placement`` picks
+    one from a recorded run).  Without paged, a request of the last large block freed's
     size, for every pool of every kind: "kept-in-place" (the default),
     "kept-to-best-fit", "lowest-equal" or "best-fit-end-last"
     (``ascmem.trace.choose_contiguous_placement`` picks one).  A placement of

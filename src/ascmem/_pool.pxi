@@ -37,11 +37,11 @@ cdef int _caches_mode(object name) except -1:
 cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_PACKED,
                          "kept-in-place": ASCM_PLACE_KEPT_IN_PLACE,
                          "kept-to-best-fit": ASCM_PLACE_KEPT_TO_BEST_FIT,
-                         "lowest-equal": ASCM_PLACE_LOWEST_EQUAL,
+                         "lowest-equal": ASCM_PLACE_LOWEST_EQUAL, "best-fit": ASCM_PLACE_BEST_FIT,
                          "best-fit-end-last": ASCM_PLACE_BEST_FIT_END_LAST}
 cdef dict _PLACEMENT_NAMES = {v: k for k, v in _PLACEMENTS.items()}
 # each kind of pool's placements, its default first (ascmem.trace has the same)
-cdef tuple _PAGED_PLACEMENTS = ("granules", "packed")
+cdef tuple _PAGED_PLACEMENTS = ("granules", "packed", "best-fit")
 cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal",
                                      "best-fit-end-last")
 
@@ -115,9 +115,11 @@ cdef class Pool:
     ``placement``: for a paged pool, where blocks of a granule or more go.
     "granules" (the default) aligns them to granule boundaries, the large
     ones from the top of their hole; "packed" puts every block at the low end
-    of the hole best fit chose, end to end with the block below it.  Which
-    maps fewer granules depends on the workload:
-    ``ascmem.trace.choose_placement`` replays a recorded run under both.
+    of the hole best fit chose, end to end with the block below it;
+    "best-fit" places every block, small or large, as plain best fit does
+    (no size-class regions, no granule rule).  Which maps fewer granules
+    depends on the workload: ``ascmem.trace.choose_placement`` replays a
+    recorded run under each.
     For a contiguous pool, where a large request of the last large block
     freed's size goes: "kept-in-place" (the default) reuses that block in
     place unless a smaller hole just below it would be stranded;
@@ -329,7 +331,7 @@ cdef class Pool:
 
     @property
     def placement(self):
-        """The pool's placement (its kind's: "granules" or "packed" when paged,
+        """The pool's placement (its kind's: "granules", "packed" or "best-fit" when paged,
         else "kept-in-place", "kept-to-best-fit", "lowest-equal" or
         "best-fit-end-last"), read from
         the C pool: one an embedder set through the capsule included."""

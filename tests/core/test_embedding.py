@@ -314,6 +314,9 @@ def test_c_extension_sets_a_placement_through_the_capsule(built):
     assert capi_user.set_placement(p, 7)[0] != 0 and p.placement == "lowest-equal"
     paged = ascmem.Pool(1 << 26, base=1 << 36, granule=64 << 10)
     assert capi_user.set_placement(paged, packed) == (0, packed) and paged.placement == "packed"
+    best_fit = 5  # a paged pool's (test_best_fit_placement.py)
+    assert capi_user.set_placement(paged, best_fit) == (0, best_fit) and paged.placement == "best-fit"
+    assert capi_user.set_placement(p, best_fit)[0] != 0 and p.placement == "lowest-equal"
     assert capi_user.set_placement(paged, kept_to_best_fit)[0] != 0
     with ascmem.Device("atlas-a2-training", memory=8 << 30) as d:
         assert capi_user.set_placement(d, granules)[0] != 0 and d.placement == "kept-in-place"

@@ -5,6 +5,7 @@ ascmem.trace.choose_placement, which keeps whichever maps fewer bytes when a
 recorded run replays.  Neither wins on every workload (docs/ARCHITECTURE.md,
 Note [Packed placement])."""
 import json
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 import ascmem
 import ascmem.trace as tr
 from ascmem.errors import InvalidArgumentError
+from conftest import TESTS
 
 G = 64 << 10
 
@@ -70,15 +72,22 @@ def test_a_tie_keeps_the_default():
     assert tr.choose_placement(whole, G)[0] == "granules"
 
 
-def test_fit_names_the_placement_that_maps_less():
-    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", "--example", "vit_train",
+def test_fit_names_the_placement_that_maps_least():
+    """detector_boxes (held out) at 2 MiB: packing maps a granule less than
+    the granule rules, plain best fit a granule less again
+    (test_best_fit_placement.py)."""
+    path = os.path.join(TESTS, "data", "heldout", "detector_boxes.csv.gz")
+    r = subprocess.run([sys.executable, "-m", "ascmem", "fit", path,
                         "--allocator", "pool", "--granule", "2MiB", "--resolution", "4MiB",
                         "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     (paged,) = json.loads(r.stdout)["paged"]
-    assert paged["placement"] == "packed"
+    assert paged["placement"] == "best-fit"
     assert paged["packed_efficiency"] > paged["physical_efficiency"]
-    assert paged["packed_peak_mapped"] < paged["peak_mapped"]
+    assert paged["best_fit_peak_mapped"] < paged["packed_peak_mapped"] < paged["peak_mapped"]
+    assert paged["placements"]["packed"] == {"peak_mapped": paged["packed_peak_mapped"],
+                                             "efficiency": paged["packed_efficiency"]}
+    assert list(paged["placements"]) == list(tr.PLACEMENTS)
 
 
 def test_a_paged_device_takes_a_placement_for_its_pools():

@@ -327,6 +327,10 @@ def cmd_fit(args):
         paged.append({"granule": g, "peak_mapped": mapped, "physical_efficiency": eff,
                       "bound": bound, "packed_peak_mapped": figures["packed"][1],
                       "packed_efficiency": figures["packed"][0],
+                      "best_fit_peak_mapped": figures["best-fit"][1],
+                      "best_fit_efficiency": figures["best-fit"][0],
+                      "placements": {p: {"peak_mapped": m, "efficiency": e}
+                                     for p, (e, m) in figures.items()},
                       "placement": tr.fewest_mapped(figures)})
     if args.json:
         return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
@@ -353,7 +357,9 @@ def cmd_fit(args):
         print(_table(rows, ("allocator", "peak mapped", "efficiency", "bound")))
         print("placement packed (Pool(placement='packed'): every block end to end): " +
               ", ".join(f"{_kib(p['granule'])} {p['packed_efficiency']:.3f}" for p in paged) +
-              "; maps less here: " +
+              "; best-fit (every block as plain best fit places it): " +
+              ", ".join(f"{_kib(p['granule'])} {p['best_fit_efficiency']:.3f}" for p in paged) +
+              "; maps least here: " +
               ", ".join(f"{_kib(p['granule'])} {p['placement']}" for p in paged))
     _print_notes(t)
     return 0

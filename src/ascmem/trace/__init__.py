@@ -722,7 +722,7 @@ def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=
     return report["peak_live"] / report["peak_mapped"], report["peak_mapped"]
 
 
-PLACEMENTS = ("granules", "packed")  # Pool's placement argument; the default first
+PLACEMENTS = ("granules", "packed", "best-fit")  # Pool's placement argument; the default first
 
 
 def placement_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
@@ -742,8 +742,9 @@ def fewest_mapped(figures):
 
 def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=None):
     """The paged placement (Pool's placement argument) that maps the fewest
-    bytes at the peak when this recorded run replays, the default on a tie.
-    Neither wins on every workload (docs/ARCHITECTURE.md, Note [Packed
+    bytes at the peak when this recorded run replays, the default on a tie
+    (else the one listed first in PLACEMENTS).  None wins on every workload
+    (docs/ARCHITECTURE.md, Note [Packed placement], Note [Best-fit
     placement]); a workload that repeats its recorded run keeps the winner.
     Returns (placement, efficiency, peak mapped bytes)."""
     figures = placement_efficiencies(trace, granule, release_threshold, range_size)
