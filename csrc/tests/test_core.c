@@ -1041,11 +1041,17 @@ static uint64_t device_place_after_kept(ascm_device *d, uint64_t base) {
     return (got - base) >> 20;
 }
 
-static void test_device_contiguous_placement(void) {
-    ascm_device_config cfg = {.min_block = 4096};
+/* A device of one 64 MiB chunk of normal pages in units of min_block. */
+static ascm_device_config normal_only(uint64_t min_block) {
+    ascm_device_config cfg = {.min_block = min_block};
     cfg.base[ASCM_KIND_NORMAL] = 1ull << 40;
     cfg.size[ASCM_KIND_NORMAL] = 64u << 20;
     cfg.budget.shared = 1ull << 30;
+    return cfg;
+}
+
+static void test_device_contiguous_placement(void) {
+    ascm_device_config cfg = normal_only(4096);
     ascm_device *d;
     CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
     CHECK(device_place_after_kept(d, cfg.base[ASCM_KIND_NORMAL]) == 2);
@@ -1072,10 +1078,7 @@ static void test_device_contiguous_placement(void) {
  * every pool's, those a reset makes included: two blocks of 41 KiB + 1 in a
  * row lie 42 KiB apart in 1 KiB units (44 KiB in 4 KiB ones). */
 static void test_device_min_block(void) {
-    ascm_device_config cfg = {.min_block = 1024};
-    cfg.base[ASCM_KIND_NORMAL] = 1ull << 40;
-    cfg.size[ASCM_KIND_NORMAL] = 64u << 20;
-    cfg.budget.shared = 1ull << 30;
+    ascm_device_config cfg = normal_only(1024);
     ascm_device *d;
     CHECK(ascm_device_create(&cfg, &d) == ASCM_OK);
     CHECK(ascm_device_min_block(d) == 1024);
@@ -1092,6 +1095,9 @@ static void test_device_min_block(void) {
         CHECK(ascm_device_reset(d, cfg.base) == ASCM_OK);
     }
     CHECK(ascm_device_min_block(d) == 1024);
+    /* and the pool of a chunk added later */
+    CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, 1ull << 41, 8u << 20) == ASCM_OK);
+    CHECK(ascm_device_chunk(d, ASCM_KIND_NORMAL, 1, NULL, NULL)->gran == 1024);
     ascm_device_destroy(d);
     /* a unit that is not a power of two is refused at creation, a device
      * whose kinds have no chunk yet (growable) included */

@@ -135,7 +135,9 @@ def _ascmem_footprint(trace, media_peak, curves):
     reference Device takes (it is not paged: a contiguous Pool's) in each
     unit of CONTIGUOUS_UNITS, whose replay holds the fewest pages at its
     peak; a replay that failed never wins over one that did not, and the
-    default (placement and unit), listed first, wins a tie."""
+    default (placement and unit), listed first, wins a tie.  When every
+    replay failed none says which holds less (a failed replay's peak is
+    where it stopped: _bounded), so the default is kept."""
     import ascmem
     from ascmem import trace as tr
     tried = []
@@ -146,7 +148,8 @@ def _ascmem_footprint(trace, media_peak, curves):
                 peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
             tried.append(Footprint("ascmem", peak, media_peak, curve, complete=not failures,
                                    placement=placement, min_block=unit))
-    best = min(tried, key=lambda fp: (not fp.complete, fp.peak))
+    complete = [fp for fp in tried if fp.complete]
+    best = min(complete, key=lambda fp: fp.peak) if complete else tried[0]
     best.placements = {fp.placement: fp.peak for fp in tried
                        if fp.min_block == tr.CONTIGUOUS_UNITS[0]}
     best.plans = [{"placement": fp.placement, "min_block": fp.min_block, "peak": fp.peak}
