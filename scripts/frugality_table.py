@@ -3,8 +3,9 @@ default placement, and "planned": the placement and unit chosen from the
 trace itself, ascmem.trace.choose_contiguous_plan, whichever replays it in the
 smallest arena) against textbook best fit (bounded arena, and the untouched end kept for last), paged
 pools at 2 MiB and 64 KiB granules in a virtual range of 4x the peak and of
-64 GiB, and with the placement chosen from the trace itself
-(ascmem.trace.choose_placement: "granules", "packed" or "best-fit", whichever maps least),
+64 GiB, and with the placement and unit chosen from the trace itself
+(ascmem.trace.choose_paged_plan: "granules", "packed" or "best-fit" in units
+of 4, 2 or 1 KiB, whichever maps least),
 best fit + unmapping of fully free granules, torch_npu's expandable
 segments (ascmem.torch_expandable: pages unmapped never -- only on the last
 retry before out-of-memory -- or eagerly, as soon as they are free), and the
@@ -47,7 +48,8 @@ SEEN = {"conformer_ctc": "the fit's scan length; the plan's units",
         "early_exit_depths": "stranded spare slabs",
         "speculative_decoding": "the plan's units; the best-fit placement's slab size limit",
         "detector_boxes": "the best-fit placement's slab size limit",
-        "beam_search_shrinking": "the best-fit-end-last placement"}
+        "beam_search_shrinking": "the best-fit-end-last placement",
+        "ssm_chunked_scan": "the paged plan's units"}
 
 
 def traces(extra):
@@ -80,10 +82,12 @@ def row(t, resolution):
     for name in ("bestfit", "bestfit-wilderness"):
         r[name] = tr.efficiency(t, name, resolution)[0]
     for g, label in GRANULES:
-        figures = tr.placement_efficiencies(t, g, range_size=4 * peak)
-        r[f"paged{label}@4x"] = figures["granules"][0]
+        plans = tr.paged_plan_efficiencies(t, g, range_size=4 * peak)
+        r[f"paged{label}@4x"] = next(iter(plans.values()))[0]  # the default placement and unit
         r[f"paged{label}@64G"] = tr.physical_efficiency(t, g, range_size=64 << 30)[0]
-        r[f"paged{label}@chosen"] = figures[tr.fewest_mapped(figures)][0]
+        plan = tr.best_paged_plan(plans)  # chosen from this trace's own run
+        r[f"paged{label}@chosen"] = plan.efficiency
+        r[f"paged{label}_placement"], r[f"paged{label}_min_block"] = plan[:2]
         r[f"bf+unmap{label}"] = peak / bestfit_unmapped_peak(t, g)
         r[f"bound{label}"] = peak / (-(-peak // g) * g)
     r["expandable"] = tr.efficiency(t, "torch-expandable", resolution)[0]
@@ -160,7 +164,7 @@ def main(argv=None):
         for c in COLUMNS[4:]]
     print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
           f"{resolution >> 10} KiB) or peak mapped (paged); * held out; pool@plan, pg..@run: "
-          f"the placement chosen from the trace itself")
+          f"the placement and unit chosen from the trace itself")
     print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))
     rows = []
     for t, held in selected(args.paths, args.only):

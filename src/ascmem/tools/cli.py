@@ -319,8 +319,12 @@ def cmd_fit(args):
     paged = []
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
-        with progress.step(f"paged {_kib(g)}", len(t)) as watch:
-            figures = tr.placement_efficiencies(t, g, progress=watch)
+        replays = len(tr.PLACEMENTS) * sum(u <= g for u in tr.PAGED_UNITS)
+        with progress.step(f"paged {_kib(g)}", replays * len(t)) as watch:
+            plans = tr.paged_plan_efficiencies(t, g, progress=watch)
+        unit = tr.PAGED_UNITS[0]
+        figures = {p: got for (p, u), got in plans.items() if u == unit}
+        plan = tr.best_paged_plan(plans)
         eff, mapped = figures["granules"]
         # what no placement can beat: the peak's live bytes in whole granules
         bound = peak / (-(-peak // g) * g) if peak else 1.0
@@ -331,7 +335,11 @@ def cmd_fit(args):
                       "best_fit_efficiency": figures["best-fit"][0],
                       "placements": {p: {"peak_mapped": m, "efficiency": e}
                                      for p, (e, m) in figures.items()},
-                      "placement": tr.fewest_mapped(figures)})
+                      "placement": tr.fewest_mapped(figures),
+                      "plan": {"placement": plan.placement, "min_block": plan.min_block,
+                               "peak_mapped": plan.peak_mapped, "efficiency": plan.efficiency},
+                      "plans": [{"placement": p, "min_block": u, "peak_mapped": m, "efficiency": e}
+                                for (p, u), (e, m) in plans.items()]})
     if args.json:
         return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
                              "resolution": args.resolution, "allocators": results,
@@ -361,6 +369,11 @@ def cmd_fit(args):
               ", ".join(f"{_kib(p['granule'])} {p['best_fit_efficiency']:.3f}" for p in paged) +
               "; maps least here: " +
               ", ".join(f"{_kib(p['granule'])} {p['placement']}" for p in paged))
+        for p in paged:
+            print(f"paged {_kib(p['granule'])}: placement and unit that map least (of min_block "
+                  f"{', '.join(str(u) for u in tr.PAGED_UNITS if u <= p['granule'])}): "
+                  f"{p['plan']['efficiency']:.3f}, {_mib(p['plan']['peak_mapped'])}; deploy with "
+                  f"placement={p['plan']['placement']!r}, min_block={p['plan']['min_block']}")
     _print_notes(t)
     return 0
 

@@ -694,25 +694,27 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None, progres
     return hi
 
 
-def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None, placement=None):
+def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None, placement=None,
+               min_block=4096):
     """A paged Pool for replaying trace: a virtual range far larger than any
     placement of it needs (at least 64 GiB), or of range_size bytes, mapped
-    in granules, with the given placement (Pool's; None: "granules")."""
+    in granules, with the given placement (Pool's; None: "granules") and
+    unit (Pool's min_block)."""
     import ascmem
     size = range_size or max(64 << 30, 16 * _a_trace(trace).peak_live())
     _bytes(granule, "granule", power_of_two=True)
     size = (size + granule - 1) // granule * granule
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold,
-                       placement=placement)
+                       placement=placement, min_block=min_block)
 
 
 def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=None,
-                        progress=None, placement=None):
+                        progress=None, placement=None, min_block=4096):
     """Peak live bytes / peak mapped bytes when a paged Pool with this granule
-    (and virtual range and placement, see paged_pool) replays the trace: how
+    (and virtual range, placement and unit, see paged_pool) replays the trace: how
     much physical memory a page-mapped pool needs against what the trace
     holds live at its peak.  Returns (efficiency, peak mapped bytes)."""
-    pool = paged_pool(trace, granule, release_threshold, range_size, placement)
+    pool = paged_pool(trace, granule, release_threshold, range_size, placement, min_block)
     report = replay(trace, pool, progress=progress)
     if report["failures"]:  # the figures would be those of another run, with fewer blocks live
         raise OutOfMemoryError(f"{report['failures']} of the trace's allocations found no room in "
@@ -726,10 +728,11 @@ PLACEMENTS = ("granules", "packed", "best-fit")  # Pool's placement argument; th
 
 
 def placement_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
-                           progress=None):
-    """physical_efficiency under each paged placement: {placement: (efficiency,
-    peak mapped bytes)}, in the order of PLACEMENTS."""
-    return {p: physical_efficiency(trace, granule, release_threshold, range_size, progress, p)
+                           progress=None, min_block=4096):
+    """physical_efficiency under each paged placement, in units of min_block:
+    {placement: (efficiency, peak mapped bytes)}, in the order of PLACEMENTS."""
+    return {p: physical_efficiency(trace, granule, release_threshold, range_size, progress, p,
+                                   min_block)
             for p in PLACEMENTS}
 
 
@@ -746,10 +749,53 @@ def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=Non
     (else the one listed first in PLACEMENTS).  None wins on every workload
     (docs/ARCHITECTURE.md, Note [Packed placement], Note [Best-fit
     placement]); a workload that repeats its recorded run keeps the winner.
-    Returns (placement, efficiency, peak mapped bytes)."""
+    Returns (placement, efficiency, peak mapped bytes).  choose_paged_plan
+    chooses the unit too."""
     figures = placement_efficiencies(trace, granule, release_threshold, range_size)
     best = fewest_mapped(figures)
     return (best,) + figures[best]
+
+
+class PagedPlan(NamedTuple):
+    """A paged Pool's configuration chosen from a recorded run: deploy with
+    ``Pool(size, granule=granule, placement=placement, min_block=min_block)``
+    (``Device(paged=True, ...)`` takes the same placement and unit)."""
+    placement: str
+    min_block: int
+    efficiency: float
+    peak_mapped: int  # bytes mapped at the replay's peak
+
+
+def paged_plan_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
+                            progress=None):
+    """physical_efficiency under each paged placement in each unit of
+    PAGED_UNITS: {(placement, min_block): (efficiency, peak mapped bytes)},
+    the default unit's placements first, the default first among them."""
+    figures = {}
+    for unit in PAGED_UNITS:
+        if unit > granule:  # a unit holds no more than one granule
+            continue
+        for p, got in placement_efficiencies(trace, granule, release_threshold, range_size,
+                                             progress, unit).items():
+            figures[(p, unit)] = got
+    return figures
+
+
+def best_paged_plan(figures):
+    """The PagedPlan of paged_plan_efficiencies' figures that maps the
+    fewest bytes at the peak, the earliest listed on a tie (the default
+    placement and unit first)."""
+    placement, unit = fewest_mapped(figures)
+    return PagedPlan(placement, unit, *figures[(placement, unit)])
+
+
+def choose_paged_plan(trace, granule=2 << 20, release_threshold=0, range_size=None):
+    """The paged placement and unit (Pool's placement and min_block) that
+    map the fewest bytes at the peak when this recorded run replays, the
+    default on a tie.  The unit sets the holes best fit leaves, and so which
+    granules a block lands on (docs/ARCHITECTURE.md, Note [Best-fit
+    placement]).  Returns a PagedPlan."""
+    return best_paged_plan(paged_plan_efficiencies(trace, granule, release_threshold, range_size))
 
 
 # a contiguous Pool's placement argument; the default first
@@ -757,6 +803,8 @@ CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal", "b
 # the units (Pool's and Device's min_block) a contiguous plan tries; the
 # default first (docs/ARCHITECTURE.md, Note [Contiguous placements])
 CONTIGUOUS_UNITS = (4096, 2048, 1024)
+# the units a paged plan tries: the same, for the same reason (Note [Best-fit placement])
+PAGED_UNITS = CONTIGUOUS_UNITS
 
 
 def contiguous_pool(placement=None, min_block=4096):
