@@ -321,10 +321,10 @@ def cmd_fit(args):
         _check_granule(g)
         replays = len(tr.PLACEMENTS) * sum(u <= g for u in tr.PAGED_UNITS)
         with progress.step(f"paged {_kib(g)}", replays * len(t)) as watch:
-            plans = tr.paged_plan_efficiencies(t, g, progress=watch)
+            paged_plans = tr.paged_plan_efficiencies(t, g, progress=watch)
         unit = tr.PAGED_UNITS[0]
-        figures = {p: got for (p, u), got in plans.items() if u == unit}
-        plan = tr.best_paged_plan(plans)
+        figures = {p: got for (p, u), got in paged_plans.items() if u == unit}
+        chosen = tr.best_paged_plan(paged_plans)
         eff, mapped = figures["granules"]
         # what no placement can beat: the peak's live bytes in whole granules
         bound = peak / (-(-peak // g) * g) if peak else 1.0
@@ -336,10 +336,10 @@ def cmd_fit(args):
                       "placements": {p: {"peak_mapped": m, "efficiency": e}
                                      for p, (e, m) in figures.items()},
                       "placement": tr.fewest_mapped(figures),
-                      "plan": {"placement": plan.placement, "min_block": plan.min_block,
-                               "peak_mapped": plan.peak_mapped, "efficiency": plan.efficiency},
+                      "plan": {"placement": chosen.placement, "min_block": chosen.min_block,
+                               "peak_mapped": chosen.peak_mapped, "efficiency": chosen.efficiency},
                       "plans": [{"placement": p, "min_block": u, "peak_mapped": m, "efficiency": e}
-                                for (p, u), (e, m) in plans.items()]})
+                                for (p, u), (e, m) in paged_plans.items()]})
     if args.json:
         return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
                              "resolution": args.resolution, "allocators": results,
