@@ -1074,6 +1074,86 @@ static void test_device_contiguous_placement(void) {
     ascm_device_destroy(d);
 }
 
+/* Placement switched on a pool with live blocks (ascm_pool_set_placement
+ * applies to blocks placed from then on): random allocations of every path
+ * (slab classes a best-fit pool serves from best fit included, aligned past
+ * the unit, near the range's size), frees, relabels, sleeps, trims and
+ * resets, with the placement changed at random among the kind's; check()
+ * after every step, and every block freed under a placement other than
+ * the one it was placed by. */
+static void placement_switch_stress(ascm_pool *p, const int *places, int nplaces, int paged) {
+    enum { N = 96 };
+    uint64_t live[N] = {0};
+    char msg[256];
+    for (int step = 0; step < 6000; step++) {
+        unsigned op = (unsigned)(next_rand() % 100);
+        int i = (int)(next_rand() % N);
+        if (op < 6) {
+            CHECK(ascm_pool_set_placement(p, places[next_rand() % (unsigned)nplaces]) == ASCM_OK);
+        } else if (op < 8) {
+            ascm_pool_trim(p);
+        } else if (op < 9 && step % 7 == 0) {
+            ascm_pool_reset(p);
+            memset(live, 0, sizeof live);
+        } else if (op < 14 && live[i]) {
+            uint64_t usable, req;
+            CHECK(ascm_pool_usable_size(p, live[i], &usable) == ASCM_OK);
+            CHECK(ascm_pool_requested_size(p, live[i], &req) == ASCM_OK);
+            (void)ascm_pool_relabel(p, live[i], req, 0, 64); /* refused or not: the pool stays whole */
+        } else if (op < 18 && live[i] && paged) {
+            if (ascm_pool_sleep(p, live[i], NULL) == ASCM_OK && (next_rand() & 1))
+                CHECK(ascm_pool_wake(p, live[i], NULL) == ASCM_OK);
+        } else if (live[i]) {
+            CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+            live[i] = 0;
+        } else {
+            unsigned kind = (unsigned)(next_rand() % 10);
+            uint64_t size = kind < 3 ? 1 + next_rand() % 1024                 /* slabs under every placement */
+                          : kind < 6 ? 1025 + next_rand() % (31u << 10)        /* slabs but under best fit */
+                          : kind < 9 ? 1 + next_rand() % (3u << 20)
+                                     : p->size - next_rand() % (p->size / 4); /* near the range's size */
+            uint64_t align = next_rand() % 8 == 0 ? (uint64_t)1 << (12 + next_rand() % 7) : 64;
+            uint64_t a;
+            int st = ascm_pool_alloc(p, size, align, &a);
+            CHECK(st == ASCM_OK || st == ASCM_ERR_NOMEM || st == ASCM_ERR_BUDGET);
+            if (st == ASCM_OK) {
+                CHECK((a & (align - 1)) == 0);
+                live[i] = a;
+            }
+        }
+        if (ascm_pool_check(p, msg, sizeof msg) != ASCM_OK) {
+            fprintf(stderr, "step %d op %u: %s\n", step, op, msg);
+            CHECK(0);
+            return;
+        }
+    }
+    for (int i = 0; i < N; i++)
+        if (live[i]) CHECK(ascm_pool_free(p, live[i]) == ASCM_OK);
+    POOL_OK(p);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.used == 0);
+}
+
+static void test_placement_switch_paged(void) {
+    const int places[] = {ASCM_PLACE_GRANULES, ASCM_PLACE_PACKED, ASCM_PLACE_BEST_FIT};
+    ascm_pool *p = granule_pool();
+    placement_switch_stress(p, places, 3, 1);
+    ascm_pool_destroy(p);
+}
+
+static void test_placement_switch_contiguous(void) {
+    const int places[] = {ASCM_PLACE_KEPT_IN_PLACE, ASCM_PLACE_KEPT_TO_BEST_FIT, ASCM_PLACE_LOWEST_EQUAL,
+                          ASCM_PLACE_BEST_FIT_END_LAST};
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1ull << 30, .size = 64u << 20, .min_block = 4096};
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    placement_switch_stress(p, places, 4, 0);
+    CHECK(ascm_pool_set_thread_caches(p, ASCM_CACHES_ON) == ASCM_OK);
+    placement_switch_stress(p, places, 4, 0);
+    ascm_pool_destroy(p);
+}
+
 /* A device's unit (its configuration's min_block, Device(min_block=)) is
  * every pool's, those a reset makes included: two blocks of 41 KiB + 1 in a
  * row lie 42 KiB apart in 1 KiB units (44 KiB in 4 KiB ones). */
@@ -1875,6 +1955,8 @@ int main(void) {
         {"buddy_random", test_buddy_random},
         {"paged_held_runs", test_paged_held_runs},
         {"pool_basic", test_pool_basic},
+        {"placement_switch_paged", test_placement_switch_paged},
+        {"placement_switch_contiguous", test_placement_switch_contiguous},
         {"pool_reuses_the_last_freed_large_block", test_pool_reuses_the_last_freed_large_block},
         {"pool_remembered_slab", test_pool_remembered_slab},
         {"pool_deferred_discharge", test_pool_deferred_discharge},

@@ -772,9 +772,10 @@ def paged_plan_efficiencies(trace, granule=2 << 20, release_threshold=0, range_s
     PAGED_UNITS: {(placement, min_block): (efficiency, peak mapped bytes)},
     the default unit's placements first, the default first among them."""
     figures = {}
-    for unit in PAGED_UNITS:
-        if unit > granule:  # a unit holds no more than one granule
-            continue
+    # a unit holds no more than one granule; with none that small, the
+    # smallest is tried, for the pool to refuse the granule as it would
+    units = [u for u in PAGED_UNITS if u <= granule] or [min(PAGED_UNITS)]
+    for unit in units:
         for p, got in placement_efficiencies(trace, granule, release_threshold, range_size,
                                              progress, unit).items():
             figures[(p, unit)] = got
