@@ -348,13 +348,15 @@ uint32_t ascm_fit_first(const ascm_fit *f) {
 }
 
 /* No single free block holds need units: joins the first run of free
- * neighbours (across region boundaries) that does, into one block in the
- * bins of the run's first region; 0 if there is none.  O(blocks), on the
- * way to an out-of-memory error only. */
-static uint32_t fuse_run(ascm_fit *f, uint64_t need) {
+ * neighbours (across region boundaries) that does and starts in a region
+ * below `below` (f->nregions: any), into one block in the bins of the run's
+ * first region; 0 if there is none.  O(blocks), on the way to an
+ * out-of-memory error only, or past a best-fit pool's first region. */
+static uint32_t fuse_run(ascm_fit *f, uint64_t need, uint32_t below) {
     uint32_t i, first = ASCM_NODE_NONE;
     uint64_t run = 0;
     for (i = ascm_fit_first(f); i; i = f->nodes[i].next_phys) {
+        if (!first && region_of(f, f->nodes[i].off) >= below) return ASCM_NODE_NONE;
         if (!f->nodes[i].is_free) {
             first = ASCM_NODE_NONE;
             run = 0;
@@ -527,8 +529,10 @@ ASCM_SPECIALISED int take(ascm_fit *f, uint64_t n, uint64_t align_units, int hig
         uint32_t y = find_other(f, &f->one, need, x, 0);
         if (y) x = y;
     }
-    if (regions == ACROSS && !x) x = fuse_run(f, need);
-    if (regions && !x && !(x = find_elsewhere(f, region, need, high))) x = fuse_run(f, need);
+    /* the first region's free end joined to the next's free start only:
+     * a run that starts further on is another region's, for best fit */
+    if (regions == ACROSS && !x) x = fuse_run(f, need, 1);
+    if (regions && !x && !(x = find_elsewhere(f, region, need, high))) x = fuse_run(f, need, f->nregions);
     if (!x) return ASCM_ERR_NOMEM;
     /* Room for the split's nodes first: growing the array moves it.  The low
      * end of a block is used unless high, so a head gap only comes from

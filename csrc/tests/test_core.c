@@ -1074,6 +1074,28 @@ static void test_device_contiguous_placement(void) {
     ascm_device_destroy(d);
 }
 
+/* Best-fit placement, the first region full: a request goes to best fit in
+ * the regions after it, as plain best fit over the range would place it --
+ * not to the lowest free run that holds it.  Holes of 2 MiB and 1 MiB in
+ * the second region: 1 MiB takes the 1 MiB hole. */
+static void test_paged_best_fit_past_the_first_region(void) {
+    const uint64_t M = 1u << 20, B = 1ull << 36, R1 = B + (32u << 20);
+    ascm_pool *p = granule_pool();
+    CHECK(ascm_pool_set_placement(p, ASCM_PLACE_BEST_FIT) == ASCM_OK);
+    uint64_t first[32], a, b, c, d, got;
+    for (int i = 0; i < 32; i++) CHECK(ascm_pool_alloc(p, M, 64, &first[i]) == ASCM_OK && first[i] == B + i * M);
+    CHECK(ascm_pool_alloc(p, 2 * M, 64, &a) == ASCM_OK && a == R1);
+    CHECK(ascm_pool_alloc(p, M, 64, &b) == ASCM_OK && b == R1 + 2 * M);
+    CHECK(ascm_pool_alloc(p, M, 64, &c) == ASCM_OK && c == R1 + 3 * M);
+    CHECK(ascm_pool_alloc(p, M, 64, &d) == ASCM_OK && d == R1 + 4 * M);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK);
+    CHECK(ascm_pool_free(p, c) == ASCM_OK);
+    CHECK(ascm_pool_alloc(p, M, 64, &got) == ASCM_OK);
+    CHECK(got == c); /* the exact hole, where first fit took a's */
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+}
+
 /* Placement switched on a pool with live blocks (ascm_pool_set_placement
  * applies to blocks placed from then on): random allocations of every path
  * (slab classes a best-fit pool serves from best fit included, aligned past
@@ -1955,6 +1977,7 @@ int main(void) {
         {"buddy_random", test_buddy_random},
         {"paged_held_runs", test_paged_held_runs},
         {"pool_basic", test_pool_basic},
+        {"paged_best_fit_past_the_first_region", test_paged_best_fit_past_the_first_region},
         {"placement_switch_paged", test_placement_switch_paged},
         {"placement_switch_contiguous", test_placement_switch_contiguous},
         {"pool_reuses_the_last_freed_large_block", test_pool_reuses_the_last_freed_large_block},
