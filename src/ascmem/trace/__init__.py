@@ -756,6 +756,12 @@ def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=Non
     return (best,) + figures[best]
 
 
+def _in_each_unit(units, figures_in):
+    """{(placement, unit): figures} from figures_in(unit) -> {placement:
+    figures}, unit by unit in the order of units (a plan's replays)."""
+    return {(p, unit): got for unit in units for p, got in figures_in(unit).items()}
+
+
 class PagedPlan(NamedTuple):
     """A paged Pool's configuration chosen from a recorded run: deploy with
     ``Pool(size, granule=granule, placement=placement, min_block=min_block)``
@@ -771,15 +777,11 @@ def paged_plan_efficiencies(trace, granule=2 << 20, release_threshold=0, range_s
     """physical_efficiency under each paged placement in each unit of
     PAGED_UNITS: {(placement, min_block): (efficiency, peak mapped bytes)},
     the default unit's placements first, the default first among them."""
-    figures = {}
     # a unit holds no more than one granule; with none that small, the
     # smallest is tried, for the pool to refuse the granule as it would
     units = [u for u in PAGED_UNITS if u <= granule] or [min(PAGED_UNITS)]
-    for unit in units:
-        for p, got in placement_efficiencies(trace, granule, release_threshold, range_size,
-                                             progress, unit).items():
-            figures[(p, unit)] = got
-    return figures
+    return _in_each_unit(units, lambda unit: placement_efficiencies(
+        trace, granule, release_threshold, range_size, progress, unit))
 
 
 def best_paged_plan(figures):
@@ -860,12 +862,8 @@ def contiguous_plan_efficiencies(trace, resolution=64 * 1024, progress=None):
     CONTIGUOUS_UNITS: {(placement, min_block): (efficiency, smallest
     arena)}, the default unit's placements first, the default first
     among them."""
-    figures = {}
-    for unit in CONTIGUOUS_UNITS:
-        for p, got in contiguous_placement_efficiencies(trace, resolution, progress,
-                                                        unit).items():
-            figures[(p, unit)] = got
-    return figures
+    return _in_each_unit(CONTIGUOUS_UNITS, lambda unit: contiguous_placement_efficiencies(
+        trace, resolution, progress, unit))
 
 
 def best_contiguous_plan(figures):
