@@ -240,6 +240,18 @@ enum { ASCM_PLACE_GRANULES = 0, ASCM_PLACE_PACKED = 1,
 int ascm_pool_set_placement(ascm_pool *p, int placement);
 /* The pool's placement: one of its kind's, its default until one is set. */
 int ascm_pool_placement(ascm_pool *p);
+/* Requests of at most this many bytes are served from slabs, larger ones
+ * from best fit in units of min_block; 0: none from slabs, every block
+ * placed as the placement places large ones.  A new pool's is 32 KiB (the
+ * largest slab class), and more is read as that; BEST_FIT serves at most 1 KiB from
+ * slabs whatever it is.  Slabs pack small blocks fast in a few spans, but
+ * a span stays while any of its slots is live, and on some workloads that
+ * costs memory best fit would not (docs/ARCHITECTURE.md, Note [Slabs or
+ * best fit]); ascmem.trace.choose_contiguous_plan and choose_paged_plan
+ * try both.  It applies to the blocks placed from then on: a block keeps
+ * the path it was placed by until it is freed.  Always ASCM_OK. */
+int ascm_pool_set_slab_max(ascm_pool *p, uint64_t bytes);
+uint64_t ascm_pool_slab_max(ascm_pool *p);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);
 /* Calls fn(ctx, addr, usable, requested) for each live block, under the lock. */
 typedef void (*ascm_block_fn)(void *ctx, uint64_t addr, uint64_t usable, uint64_t requested);
@@ -454,6 +466,10 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode);
 int ascm_device_set_placement(ascm_device *d, int placement);
 /* The device's placement: one of its kind's, its default until one is set. */
 int ascm_device_placement(ascm_device *d);
+/* The slab_max (ascm_pool_set_slab_max) of the device's pools, those of
+ * chunks added later and those a reset makes included.  Always ASCM_OK. */
+int ascm_device_set_slab_max(ascm_device *d, uint64_t bytes);
+uint64_t ascm_device_slab_max(ascm_device *d);
 /* The unit of the device's pools (its configuration's min_block): fixed at
  * creation, so read without a lock. */
 uint64_t ascm_device_min_block(const ascm_device *d);

@@ -99,6 +99,7 @@ int ascm_device_create(const ascm_device_config *cfg, ascm_device **out) {
     d->b = cfg->budget;
     d->b.huge_used = d->b.normal_used = d->b.peak_huge = d->b.peak_normal = 0;
     d->min_block = cfg->min_block;
+    d->slab_max = ASCM_SLAB_MAX;
     d->p2p = cfg->p2p;
     d->paged = cfg->paged != 0;
     d->map = cfg->map;

@@ -107,6 +107,24 @@ int ascm_device_placement(ascm_device *d) {
     return placement == ASCM_PLACE_GRANULES && !d->paged ? ASCM_PLACE_KEPT_IN_PLACE : placement;
 }
 
+int ascm_device_set_slab_max(ascm_device *d, uint64_t bytes) {
+    ascm_lock_acquire(&d->chunks_lock);
+    d->slab_max = bytes < ASCM_SLAB_MAX ? bytes : ASCM_SLAB_MAX;
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) (void)ascm_pool_set_slab_max(t->c[i].pool, bytes);
+    }
+    ascm_lock_release(&d->chunks_lock);
+    return ASCM_OK;
+}
+
+uint64_t ascm_device_slab_max(ascm_device *d) {
+    ascm_lock_acquire(&d->chunks_lock);
+    uint64_t slab_max = d->slab_max;
+    ascm_lock_release(&d->chunks_lock);
+    return slab_max;
+}
+
 uint64_t ascm_device_min_block(const ascm_device *d) {
     return d->min_block;
 }

@@ -68,6 +68,7 @@ struct ascm_device {
     uint64_t release_threshold, release_threshold_max;
     int caches_mode;      /* ASCM_CACHES_* of every pool, under chunks_lock (device_chunks.c) */
     int placement;        /* ASCM_PLACE_* of its pools, under chunks_lock (device_chunks.c) */
+    uint64_t slab_max;    /* ascm_pool_set_slab_max of its pools, the same way */
     ascm_lock chunks_lock; /* serialises table changes; never held while allocating */
     retired *graveyard;
     /* blocks the Python layer tracks, which the GIL-free free refuses
@@ -129,9 +130,11 @@ static inline int give_caches_mode(const ascm_device *d, int k, ascm_pool *p) {
 
 /* A new pool takes the device's placement (ascm_device_set_placement); a
  * contiguous pool of a paged device has none to take (ASCM_ERR_INVAL,
- * ignored).  GRANULES (0) is every new pool's own default. */
+ * ignored).  GRANULES (0) is every new pool's own default.  It takes the
+ * device's slab_max too (ascm_device_set_slab_max). */
 static inline void give_placement(const ascm_device *d, ascm_pool *p) {
     if (d->placement != ASCM_PLACE_GRANULES) (void)ascm_pool_set_placement(p, d->placement);
+    if (d->slab_max != ASCM_SLAB_MAX) (void)ascm_pool_set_slab_max(p, d->slab_max);
 }
 
 static inline chunk_table *table_of(const ascm_device *d, int kind) {

@@ -64,6 +64,10 @@ struct ascm_pool {
     uint8_t defers;       /* the kept block's discharge may be deferred (pool.c) */
     uint8_t placement;    /* ASCM_PLACE_*, 0 for a new pool of either kind: its kind's default (pool.c:
                            * take_paged, kept_leaves_place); in the padding above */
+    uint32_t slab_max;    /* ascm_pool_set_slab_max's: the largest request slabs may serve */
+    /* the largest request slabs serve: slab_max, or less under BEST_FIT
+     * (slab_limit_of); __atomic, as thread caches read it without the lock */
+    uint32_t slab_limit;
     ascm_block_source slab_storage; /* large blocks lent to slabs (see above) */
     ascm_slab_class classes[ASCM_SLAB_CLASSES];
     ascm_slab **slabs;    /* slabs[0] unused; every descriptor ever made */
@@ -153,7 +157,7 @@ void ascm_slab_emptied(ascm_pool *p, ascm_slab_class *k, uint32_t si); /* keep a
 int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_t *requested);
 
 /* A paged pool placing by best fit (ASCM_PLACE_BEST_FIT) serves requests
- * over this many bytes from best fit, not slabs.  A slab's storage is
+ * over this many bytes (or over its slab_max, if less) from best fit, not slabs.  A slab's storage is
  * 8 KiB aligned and its free slots hold room between the blocks best fit
  * packs end to end, which costs the granule a peak packed that tight needs
  * (detector_boxes at 2 MiB: 10 granules, 9 with these requests in best fit,
@@ -162,11 +166,17 @@ int ascm_slab_lookup(const ascm_pool *p, uint64_t off, uint64_t *usable, uint64_
  * (docs/ARCHITECTURE.md, Note [Best-fit placement], has the figures). */
 #define BEST_FIT_SLAB_MAX 1024u
 
+/* The largest request a pool with this placement and slab_max serves from
+ * slabs (its slab_limit). */
+static inline uint32_t ascm_slab_limit_of(int placement, uint32_t slab_max) {
+    return placement == ASCM_PLACE_BEST_FIT && slab_max > BEST_FIT_SLAB_MAX ? BEST_FIT_SLAB_MAX : slab_max;
+}
+
 /* The slab class a pool serves a request from, or -1 for the large-block
- * path (alignment above the unit goes there too). */
+ * path (alignment above the unit, and sizes over its slab_limit, go there). */
 static inline int ascm_pool_class_of(const ascm_pool *p, uint64_t size, uint64_t align) {
-    int c = align <= p->gran ? ascm_slab_class_of(size, align) : -1;
-    return c >= 0 && size > BEST_FIT_SLAB_MAX && ASCM_UNLIKELY(p->placement == ASCM_PLACE_BEST_FIT) ? -1 : c;
+    if (align > p->gran || size > __atomic_load_n(&p->slab_limit, __ATOMIC_RELAXED)) return -1;
+    return ascm_slab_class_of(size, align);
 }
 
 /* The slab at index si (< nslabs_used) if it holds storage now, else NULL:

@@ -86,6 +86,7 @@ int ascm_pool_create_shared(const ascm_pool_config *cfg, ascm_lock *lock, ascm_p
         p->mapped_lo = (page / gran) / 4;
         p->mapped_span = page / gran - p->mapped_lo;
     }
+    p->slab_max = p->slab_limit = ASCM_SLAB_MAX;
     p->slab_storage = ascm_pool_slab_source(p);
     ascm_slab_init_classes(p);
     if (p->lock_at == &p->lock) ascm_fork_register(&p->fork, &p->lock, ASCM_FORK_POOL, NULL);
@@ -169,8 +170,25 @@ int ascm_pool_set_placement(ascm_pool *p, int placement) {
         return ASCM_ERR_INVAL;
     ascm_pool_lock(p);
     p->placement = (uint8_t)placement;
+    __atomic_store_n(&p->slab_limit, ascm_slab_limit_of(placement, p->slab_max), __ATOMIC_RELAXED);
     ascm_pool_unlock(p);
     return ASCM_OK;
+}
+
+int ascm_pool_set_slab_max(ascm_pool *p, uint64_t bytes) {
+    uint32_t slab_max = bytes < ASCM_SLAB_MAX ? (uint32_t)bytes : ASCM_SLAB_MAX;
+    ascm_pool_lock(p);
+    p->slab_max = slab_max;
+    __atomic_store_n(&p->slab_limit, ascm_slab_limit_of(p->placement, slab_max), __ATOMIC_RELAXED);
+    ascm_pool_unlock(p);
+    return ASCM_OK;
+}
+
+uint64_t ascm_pool_slab_max(ascm_pool *p) {
+    ascm_pool_lock(p);
+    uint64_t slab_max = p->slab_max;
+    ascm_pool_unlock(p);
+    return slab_max;
 }
 
 /* A new pool's 0 is its kind's default: GRANULES for a paged pool,

@@ -83,6 +83,8 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_set_thread_caches(ascm_pool *p, int mode)
     int ascm_pool_set_placement(ascm_pool *p, int placement)
     int ascm_pool_placement(ascm_pool *p)
+    int ascm_pool_set_slab_max(ascm_pool *p, uint64_t bytes)
+    uint64_t ascm_pool_slab_max(ascm_pool *p)
     int ascm_pool_thread_caches_on(const ascm_pool *p)
     enum:
         ASCM_CACHES_OFF
@@ -187,6 +189,8 @@ cdef extern from "ascmem.h" nogil:
     int ascm_device_set_thread_caches(ascm_device *d, int mode)
     int ascm_device_set_placement(ascm_device *d, int placement)
     int ascm_device_placement(ascm_device *d)
+    int ascm_device_set_slab_max(ascm_device *d, uint64_t bytes)
+    uint64_t ascm_device_slab_max(ascm_device *d)
     uint64_t ascm_device_min_block(const ascm_device *d)
     int ascm_device_free(ascm_device *d, uint64_t addr, unsigned kind_mask, int *kind)
     int ascm_device_kind_of(const ascm_device *d, uint64_t addr)

@@ -15,6 +15,8 @@ _Stream = Optional[object]  # any hashable value: a pyACL stream handle, a name
 _Kind = Union[MemKind, int, str]
 _PoolSize = Union[_Int, Tuple[_Int, _Int]]
 
+SLAB_MAX: int  # the largest request slabs serve, and a new pool's slab_max
+
 class Pool:
     """A pool over [base, base + size): slabs up to 32 KiB, best fit above."""
 
@@ -26,11 +28,13 @@ class Pool:
     release_threshold: int
     thread_caches: str
     placement: str
+    slab_max: int
     def __init__(self, size: _Int, *, base: _Int = 0, min_block: _Int = 4096,
                  page_size: Optional[_Int] = None, granule: Optional[_Int] = None,
                  release_threshold: _Int = 0, release_threshold_max: Optional[_Int] = None,
                  thread_caches: Optional[str] = None,
-                 placement: Optional[str] = None) -> None: ...
+                 placement: Optional[str] = None,
+                 slab_max: Optional[_Int] = None) -> None: ...
     def alloc(self, nbytes: _Int, align: _Int = 64) -> int: ...
     def free(self, addr: _Int) -> None: ...
     def usable_size(self, addr: _Int) -> int: ...
@@ -79,6 +83,7 @@ class Device:
     thread_caches: str
     placement: str
     min_block: int
+    slab_max: int
     def __init__(self, model: Union[str, Profile] = "atlas-inference", *, mode: Optional[str] = None,
                  backend: str = "sim", device_id: _Int = 0, memory: Optional[_Int] = None,
                  free_os_memory: Optional[_Int] = None, aicpu_cache: Optional[_Int] = None,
@@ -88,7 +93,8 @@ class Device:
                  release_threshold: _Int = 0, release_threshold_max: Optional[_Int] = None,
                  thread_caches: Optional[str] = None,
                  placement: Optional[str] = None,
-                 min_block: _Int = 4096) -> None: ...
+                 min_block: _Int = 4096,
+                 slab_max: Optional[_Int] = None) -> None: ...
     # allocation and free (CANN's calls)
     def malloc(self, size: _Int, policy: _Int = 0, stream: _Stream = None,
                tag: Optional[object] = None) -> int: ...

@@ -16,7 +16,7 @@
 
 @cython.final
 cdef class Device(_DeviceReadout):
-    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None, min_block=4096)
+    """Device(model='atlas-inference', *, mode=None, backend='sim', device_id=0, memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4294967296, limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None, min_block=4096, slab_max=None)
 --
 
     An Ascend device: one pool per memory kind, one physical budget, the
@@ -74,6 +74,9 @@ cdef class Device(_DeviceReadout):
     A smaller unit changes the holes best fit leaves and so the placement;
     ``ascmem.trace.choose_contiguous_plan`` and ``ascmem plan`` pick one
     with the placement from a recorded run.
+    ``slab_max``: the largest request every pool serves from slabs, as
+    ``Pool(slab_max=...)``: 0 places every block by best fit; None (the
+    default) is 32 KiB.  The plans choose it with the placement and unit.
 
     ``with Device(...) as dev:`` closes the device at the end.
     """
@@ -82,10 +85,11 @@ cdef class Device(_DeviceReadout):
                   memory=None, free_os_memory=None, aicpu_cache=None, host_memory=4 << 30,
                   limit=None, pool_sizes=None, acl_module=None, paged=False, release_threshold=0,
                   release_threshold_max=None, thread_caches=None, placement=None,
-                  min_block=4096):
+                  min_block=4096, slab_max=None):
         self._d = NULL
         placement = _placement_of(placement, paged, "give paged=True")
         cdef uint64_t unit = _device_unit(min_block)
+        cdef uint64_t slabs_upto = SLAB_MAX if slab_max is None else as_u64(slab_max, "slab_max")
         thread_caches = _default_caches(thread_caches, paged)
         caches = _caches_mode(thread_caches)
         if paged and caches != ASCM_CACHES_OFF:
@@ -137,6 +141,7 @@ cdef class Device(_DeviceReadout):
         self.thread_caches = thread_caches
         if ascm_device_set_placement(self._d, _PLACEMENTS[placement]) != ASCM_OK:
             raise InvalidArgumentError(f"placement: {placement!r}")  # refused above already
+        ascm_device_set_slab_max(self._d, slabs_upto)
         _live_devices.add(self)
 
     def __reduce__(self):
@@ -147,6 +152,12 @@ cdef class Device(_DeviceReadout):
         """The placement of the device's pools (``placement`` above), read
         from the C device: one an embedder set through the capsule included."""
         return _PLACEMENT_NAMES[ascm_device_placement(self._d)] if self._d is not NULL else None
+
+    @property
+    def slab_max(self):
+        """The largest request the device's pools serve from slabs
+        (``slab_max`` above), read from the C device."""
+        return ascm_device_slab_max(self._d) if self._d is not NULL else None
 
     @property
     def min_block(self):

@@ -40,6 +40,9 @@ cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_P
                          "lowest-equal": ASCM_PLACE_LOWEST_EQUAL, "best-fit": ASCM_PLACE_BEST_FIT,
                          "best-fit-end-last": ASCM_PLACE_BEST_FIT_END_LAST}
 cdef dict _PLACEMENT_NAMES = {v: k for k, v in _PLACEMENTS.items()}
+# the largest request slabs serve, and a new pool's slab_max (csrc/internal.h, ASCM_SLAB_MAX)
+SLAB_MAX = 32 * 1024
+
 # each kind of pool's placements, its default first (ascmem.trace has the same)
 cdef tuple _PAGED_PLACEMENTS = ("granules", "packed", "best-fit")
 cdef tuple _CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal",
@@ -88,7 +91,7 @@ cdef uint64_t _release_cap(object value, uint64_t threshold, bint paged, str wha
 
 @cython.final
 cdef class Pool:
-    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None)
+    """Pool(size, *, base=0, min_block=4096, page_size=None, granule=None, release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None, slab_max=None)
 --
 
     A pool over the address range [base, base + size): slabs for requests
@@ -131,6 +134,14 @@ cdef class Pool:
     replays a recorded run under each and keeps the smallest arena;
     ``ascmem.trace.choose_contiguous_plan`` chooses ``min_block`` with it.
 
+    ``slab_max``: requests of at most this many bytes come from slabs,
+    larger ones from best fit in units of ``min_block``; 0: none from slabs
+    (textbook best fit for every block).  None (the default) is 32 KiB, the
+    largest slab class, and more reads as that; "best-fit" serves at most
+    1 KiB from slabs.  A slab stays while any of its slots is live, which on
+    some workloads costs memory best fit would not; the plans
+    (``choose_contiguous_plan``, ``choose_paged_plan``) try both.
+
     ``thread_caches`` ("off", "on" or "auto": from the first time two threads
     meet at the pool's lock) puts a cache of small blocks per thread in front
     of the lock, for callers that allocate without the GIL (``cimport``, the
@@ -140,7 +151,8 @@ cdef class Pool:
     """
 
     def __cinit__(self, size, *, base=0, min_block=4096, page_size=None, granule=None,
-                  release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None):
+                  release_threshold=0, release_threshold_max=None, thread_caches=None, placement=None,
+                  slab_max=None):
         cdef ascm_pool_config cfg
         memset(&cfg, 0, sizeof(cfg))  # fields added later default to zero
         cfg.size = as_u64(size, "size")
@@ -161,6 +173,7 @@ cdef class Pool:
         cdef uint64_t cap = _release_cap(release_threshold_max, cfg.release_threshold, cfg.paged,
                                          "pools: give a granule")
         placement = _placement_of(placement, cfg.paged)
+        cdef uint64_t slabs_upto = SLAB_MAX if slab_max is None else as_u64(slab_max, "slab_max")
         self._p = NULL
         cdef int st = ascm_pool_create(&cfg, &self._p)
         if st == ASCM_ERR_INVAL:
@@ -173,6 +186,7 @@ cdef class Pool:
         ascm_pool_set_thread_caches(self._p, _caches_mode(thread_caches))
         self.thread_caches = thread_caches
         ascm_pool_set_placement(self._p, _PLACEMENTS[placement])  # of the pool's kind: OK
+        ascm_pool_set_slab_max(self._p, slabs_upto)
         self.base = cfg.base
         self.capacity = cfg.size
         self.min_block = cfg.min_block
@@ -336,6 +350,12 @@ cdef class Pool:
         "best-fit-end-last"), read from
         the C pool: one an embedder set through the capsule included."""
         return _PLACEMENT_NAMES[ascm_pool_placement(self._p)]
+
+    @property
+    def slab_max(self):
+        """The largest request served from slabs (``slab_max`` above; at
+        most 32 KiB), read from the C pool."""
+        return ascm_pool_slab_max(self._p)
 
     @property
     def thread_caches_on(self):

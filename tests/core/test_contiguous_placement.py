@@ -175,10 +175,13 @@ def test_the_plan_chooses_the_unit_too(name, plan):
 
 def test_the_plan_tries_every_placement_in_every_unit_the_default_first():
     figures = tr.contiguous_plan_efficiencies(tr.example("vit_train"))
-    assert list(figures) == [(p, u) for u in tr.CONTIGUOUS_UNITS for p in tr.CONTIGUOUS_PLACEMENTS]
-    assert tr.CONTIGUOUS_UNITS[0] == 4096
-    assert {p: figures[(p, 4096)] for p in tr.CONTIGUOUS_PLACEMENTS} == \
+    assert list(figures) == [(p, u, s) for s in tr.SLAB_MAXES for u in tr.CONTIGUOUS_UNITS
+                             for p in tr.CONTIGUOUS_PLACEMENTS]
+    assert tr.CONTIGUOUS_UNITS[0] == 4096 and tr.SLAB_MAXES == (tr.SLAB_MAX, 0)
+    assert {p: figures[(p, 4096, tr.SLAB_MAX)] for p in tr.CONTIGUOUS_PLACEMENTS} == \
         tr.contiguous_placement_efficiencies(tr.example("vit_train"))
+    assert {p: figures[(p, 1024, 0)] for p in tr.CONTIGUOUS_PLACEMENTS} == \
+        tr.contiguous_placement_efficiencies(tr.example("vit_train"), min_block=1024, slab_max=0)
     # the lower equal block in 4 KiB units stays vit_train's plan
     assert tr.choose_contiguous_plan(tr.example("vit_train"))[:2] == ("lowest-equal", 4096)
 
@@ -213,13 +216,14 @@ def test_fit_names_the_placement_and_unit_to_deploy():
     assert r.returncode == 0, r.stderr
     (pool,) = json.loads(r.stdout)["allocators"]
     assert (pool["plan"]["placement"], pool["plan"]["min_block"]) == ("kept-to-best-fit", 2048)
-    assert [(p["placement"], p["min_block"]) for p in pool["plans"]] == [
-        (p, u) for u in tr.CONTIGUOUS_UNITS for p in tr.CONTIGUOUS_PLACEMENTS]
+    assert [(p["placement"], p["min_block"], p["slab_max"]) for p in pool["plans"]] == [
+        (p, u, s) for s in tr.SLAB_MAXES for u in tr.CONTIGUOUS_UNITS
+        for p in tr.CONTIGUOUS_PLACEMENTS]
     assert pool["plan"]["min_capacity"] == min(p["min_capacity"] for p in pool["plans"])
     assert pool["plan"]["efficiency"] > pool["efficiency"]  # the default's, the pool's row
     r = subprocess.run([sys.executable, "-m", "ascmem", "fit", path, "--allocator", "pool"],
                        capture_output=True, text=True, timeout=300)
-    assert "deploy with placement='kept-to-best-fit', min_block=2048" in r.stdout
+    assert "deploy with placement='kept-to-best-fit', min_block=2048, slab_max=32768" in r.stdout
 
 
 @pytest.mark.parametrize("placement", tr.CONTIGUOUS_PLACEMENTS)

@@ -19,15 +19,19 @@ M = 1 << 20
 
 def test_the_plan_tries_every_placement_in_every_unit_the_default_first():
     figures = tr.paged_plan_efficiencies(tr.example("decoder_kvcache"), 64 << 10)
-    assert list(figures) == [(p, u) for u in tr.PAGED_UNITS for p in tr.PLACEMENTS]
+    assert list(figures) == [(p, u, s) for s in tr.SLAB_MAXES for u in tr.PAGED_UNITS
+                             for p in tr.PLACEMENTS]
     assert tr.PAGED_UNITS[0] == 4096
-    assert {p: figures[(p, 4096)] for p in tr.PLACEMENTS} == \
+    assert {p: figures[(p, 4096, tr.SLAB_MAX)] for p in tr.PLACEMENTS} == \
         tr.placement_efficiencies(tr.example("decoder_kvcache"), 64 << 10)
+    assert {p: figures[(p, 2048, 0)] for p in tr.PLACEMENTS} == \
+        tr.placement_efficiencies(tr.example("decoder_kvcache"), 64 << 10, min_block=2048,
+                                  slab_max=0)
 
 
 def test_a_unit_over_the_granule_is_not_tried():
     figures = tr.paged_plan_efficiencies(tr.example("decoder_kvcache"), 2048)
-    assert {u for _, u in figures} == {2048, 1024}
+    assert {u for _, u, _ in figures} == {2048, 1024}
 
 
 def test_the_unit_closes_the_gap_to_best_fit_with_unmapping():
@@ -46,12 +50,13 @@ def test_the_plan_is_deployable_as_it_says():
     t = tr.example("vit_train")
     plan = tr.choose_paged_plan(t)
     pool = ascmem.Pool(64 << 30, base=1 << 44, granule=2 << 20, release_threshold=0,
-                       placement=plan.placement, min_block=plan.min_block)
+                       placement=plan.placement, min_block=plan.min_block, slab_max=plan.slab_max)
     assert tr.replay(t, pool)["peak_mapped"] == plan.peak_mapped
     pool.check()
     with ascmem.Device("atlas-a3", paged=True, placement=plan.placement,
-                       min_block=plan.min_block) as dev:
-        assert (dev.placement, dev.min_block) == (plan.placement, plan.min_block)
+                       min_block=plan.min_block, slab_max=plan.slab_max) as dev:
+        assert (dev.placement, dev.min_block, dev.slab_max) == (
+            plan.placement, plan.min_block, plan.slab_max)
 
 
 def test_a_tie_keeps_the_default():
@@ -68,8 +73,10 @@ def test_fit_names_the_paged_placement_and_unit_to_deploy():
     (paged,) = doc["paged"]
     want = tr.choose_paged_plan(tr.example("decoder_kvcache"), 64 << 10)
     assert paged["plan"] == {"placement": want.placement, "min_block": want.min_block,
-                             "peak_mapped": want.peak_mapped, "efficiency": want.efficiency}
-    assert len(paged["plans"]) == len(tr.PLACEMENTS) * len(tr.PAGED_UNITS)
+                             "slab_max": want.slab_max, "peak_mapped": want.peak_mapped,
+                             "efficiency": want.efficiency}
+    assert len(paged["plans"]) == len(tr.PLACEMENTS) * len(tr.PAGED_UNITS) * len(tr.SLAB_MAXES)
     assert paged["placements"]["granules"]["peak_mapped"] == paged["peak_mapped"]
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    assert (f"deploy with placement={want.placement!r}, min_block={want.min_block}") in text
+    assert (f"deploy with placement={want.placement!r}, min_block={want.min_block}, "
+            f"slab_max={want.slab_max}") in text

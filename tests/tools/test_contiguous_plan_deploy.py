@@ -14,7 +14,7 @@ from ascmem import planner
 from ascmem import trace as tr
 from conftest import ROOT
 
-DEPLOY = re.compile(r"deploy with (placement='[a-z-]+', min_block=\d+)")
+DEPLOY = re.compile(r"deploy with (placement='[a-z-]+', min_block=\d+, slab_max=\d+)")
 
 
 def run(*args):
@@ -38,7 +38,8 @@ def test_deploying_a_device_with_what_plan_prints_holds_its_peak():
     kw = printed_arguments(run(*args))
     doc = json.loads(run(*args, "--json"))
     (fp,) = [f for f in doc["footprints"] if f["allocator"] == "ascmem"]
-    assert kw == {"placement": fp["placement"], "min_block": fp["min_block"]}
+    assert kw == {"placement": fp["placement"], "min_block": fp["min_block"],
+                  "slab_max": fp["slab_max"]}
     t = tr.example("resnet18_train")
     with ascmem.Device(planner.REFERENCE, memory=planner.REFERENCE_MEMORY, **kw) as dev:
         assert tr.device_footprint(t, dev)[0] == fp["peak"]
@@ -53,7 +54,8 @@ def test_deploying_a_pool_with_what_fit_prints_replays_in_its_arena():
     kw = printed_arguments(run(*args))
     (pool,) = json.loads(run(*args, "--json"))["allocators"]
     plan = pool["plan"]
-    assert kw == {"placement": plan["placement"], "min_block": plan["min_block"]}
+    assert kw == {"placement": plan["placement"], "min_block": plan["min_block"],
+                  "slab_max": plan["slab_max"]}
     t = tr.example("speech_to_text")
     assert tr.fits(t, lambda cap: ascmem.Pool(cap, **kw), plan["min_capacity"])
 
@@ -69,7 +71,8 @@ def test_every_replay_failing_keeps_the_default_plan():
     (fp,) = planner.footprints(over, allocators=["ascmem"])
     assert not fp.complete
     assert len({p["peak"] for p in fp.plans}) > 1  # the failed replays' partial figures differ
-    assert (fp.placement, fp.min_block) == (tr.CONTIGUOUS_PLACEMENTS[0], tr.CONTIGUOUS_UNITS[0])
+    assert (fp.placement, fp.min_block, fp.slab_max) == (
+        tr.CONTIGUOUS_PLACEMENTS[0], tr.CONTIGUOUS_UNITS[0], tr.SLAB_MAXES[0])
 
 
 def _section(schema):

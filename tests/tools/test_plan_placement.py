@@ -1,7 +1,8 @@
 """ascmem plan under each placement the reference Device takes (a device
 that is not paged: a contiguous Pool's, tests/device/test_device_placement.py),
-in each unit of ascmem.trace.CONTIGUOUS_UNITS: the ascmem footprint is the
-placement's and unit's whose replay holds the fewest pages at its peak,
+in each unit of ascmem.trace.CONTIGUOUS_UNITS, with and without slabs
+(SLAB_MAXES): the ascmem footprint is the setting's whose replay holds the
+fewest pages at its peak,
 named so that a user deploys with it; the default keeps its figures when it
 wins or ties."""
 import json
@@ -34,9 +35,10 @@ def test_the_placement_with_the_smallest_peak_is_named():
     assert list(fp.placements) == list(tr.CONTIGUOUS_PLACEMENTS)
     assert fp.placements == {p: reference_peak(t, p) for p in tr.CONTIGUOUS_PLACEMENTS}
     assert fp.placements["kept-to-best-fit"] == fp.placements["kept-in-place"] - 6 * MiB
-    assert [(p["placement"], p["min_block"]) for p in fp.plans] == [
-        (p, u) for u in tr.CONTIGUOUS_UNITS for p in tr.CONTIGUOUS_PLACEMENTS]
-    assert (fp.placement, fp.min_block) == ("kept-to-best-fit", 1024)
+    assert [(p["placement"], p["min_block"], p["slab_max"]) for p in fp.plans] == [
+        (p, u, s) for s in tr.SLAB_MAXES for u in tr.CONTIGUOUS_UNITS
+        for p in tr.CONTIGUOUS_PLACEMENTS]
+    assert (fp.placement, fp.min_block, fp.slab_max) == ("kept-to-best-fit", 1024, tr.SLAB_MAX)
     assert fp.peak == reference_peak(t, "kept-to-best-fit", 1024) == \
         fp.placements["kept-to-best-fit"] - 92 * 1024
     assert fp.peak == min(p["peak"] for p in fp.plans)
@@ -51,7 +53,8 @@ def test_the_default_keeps_its_figures_when_it_ties():
     whole = tr.Trace([tr.Event("a", 0, 4 * MiB), tr.Event("f", 0, 4 * MiB)], name="whole")
     fp = ascmem_print(whole)  # every placement and unit alike
     assert len({p["peak"] for p in fp.plans}) == 1
-    assert (fp.placement, fp.min_block, fp.peak) == ("kept-in-place", 4096, reference_peak(whole))
+    assert (fp.placement, fp.min_block, fp.slab_max, fp.peak) == (
+        "kept-in-place", 4096, tr.SLAB_MAX, reference_peak(whole))
 
 
 def test_a_failed_replay_never_wins():
@@ -66,7 +69,7 @@ def test_other_allocators_have_no_placement():
     t = tr.example("video_pipeline")
     for fp in planner.footprints(t, allocators=["torch-caching", "cann-raw"]):
         assert fp.placement is None and fp.placements == {}
-        assert fp.min_block is None and fp.plans == []
+        assert fp.min_block is None and fp.slab_max is None and fp.plans == []
 
 
 def test_the_command_names_the_placement_in_text_and_json():
@@ -76,7 +79,7 @@ def test_the_command_names_the_placement_in_text_and_json():
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         return r.stdout
-    assert "deploy with placement='kept-to-best-fit', min_block=1024" in run()
+    assert "deploy with placement='kept-to-best-fit', min_block=1024, slab_max=32768" in run()
     doc = json.loads(run("--json"))
     fp = next(fp for fp in doc["footprints"] if fp["allocator"] == "ascmem")
     assert (fp["placement"], fp["min_block"]) == ("kept-to-best-fit", 1024)

@@ -284,6 +284,13 @@ def cmd_snapshot(args):
 
 # ---- fit ----------------------------------------------------------------------------------
 
+def _in_default_setting(plans, unit):
+    """{placement: figures} of a plan's figures in this unit, with slabs (the
+    default slab_max)."""
+    from ascmem import trace as tr
+    return {p: got for (p, u, slab_max), got in plans.items()
+            if u == unit and slab_max == tr.SLAB_MAX}
+
 def cmd_fit(args):
     from ascmem import trace as tr
     t = _load(args)
@@ -298,10 +305,9 @@ def cmd_fit(args):
     placements = plan = None  # the contiguous Pool's, when it is fitted
     for name in names:
         with progress.step(f"fit {name}", unit="replays") as watch:
-            if name == "pool":  # under each placement and unit; the default's is the pool's row
+            if name == "pool":  # under each placement, unit and slab_max; the default's is the row
                 plans = tr.contiguous_plan_efficiencies(t, args.resolution, progress=watch)
-                unit = tr.CONTIGUOUS_UNITS[0]
-                placements = {p: got for (p, u), got in plans.items() if u == unit}
+                placements = _in_default_setting(plans, tr.CONTIGUOUS_UNITS[0])
                 plan = tr.best_contiguous_plan(plans)
                 cap = placements[tr.CONTIGUOUS_PLACEMENTS[0]][1]
             else:
@@ -313,17 +319,17 @@ def cmd_fit(args):
                 placement=tr.fewest_mapped(placements), placements={
                     p: {"min_capacity": c, "efficiency": e} for p, (e, c) in placements.items()},
                 plan={"placement": plan.placement, "min_block": plan.min_block,
-                      "min_capacity": plan.arena, "efficiency": plan.efficiency},
-                plans=[{"placement": p, "min_block": u, "min_capacity": c, "efficiency": e}
-                       for (p, u), (e, c) in plans.items()])
+                      "slab_max": plan.slab_max, "min_capacity": plan.arena,
+                      "efficiency": plan.efficiency},
+                plans=[{"placement": p, "min_block": u, "slab_max": sm, "min_capacity": c,
+                        "efficiency": e} for (p, u, sm), (e, c) in plans.items()])
     paged = []
     for g in (args.granule or (2 << 20, 64 << 10)) if (args.paged or args.granule) else ():
         _check_granule(g)
-        replays = len(tr.PLACEMENTS) * sum(u <= g for u in tr.PAGED_UNITS)
+        replays = len(tr.PLACEMENTS) * len(tr.SLAB_MAXES) * sum(u <= g for u in tr.PAGED_UNITS)
         with progress.step(f"paged {_kib(g)}", replays * len(t)) as watch:
             paged_plans = tr.paged_plan_efficiencies(t, g, progress=watch)
-        unit = tr.PAGED_UNITS[0]
-        figures = {p: got for (p, u), got in paged_plans.items() if u == unit}
+        figures = _in_default_setting(paged_plans, tr.PAGED_UNITS[0])
         chosen = tr.best_paged_plan(paged_plans)
         eff, mapped = figures["granules"]
         # what no placement can beat: the peak's live bytes in whole granules
@@ -337,9 +343,11 @@ def cmd_fit(args):
                                      for p, (e, m) in figures.items()},
                       "placement": tr.fewest_mapped(figures),
                       "plan": {"placement": chosen.placement, "min_block": chosen.min_block,
-                               "peak_mapped": chosen.peak_mapped, "efficiency": chosen.efficiency},
-                      "plans": [{"placement": p, "min_block": u, "peak_mapped": m, "efficiency": e}
-                                for (p, u), (e, m) in paged_plans.items()]})
+                               "slab_max": chosen.slab_max, "peak_mapped": chosen.peak_mapped,
+                               "efficiency": chosen.efficiency},
+                      "plans": [{"placement": p, "min_block": u, "slab_max": sm, "peak_mapped": m,
+                                 "efficiency": e}
+                                for (p, u, sm), (e, m) in paged_plans.items()]})
     if args.json:
         return _json("fit", {"trace": t.name, "source": t.source, "peak_live": peak,
                              "resolution": args.resolution, "allocators": results,
@@ -353,10 +361,11 @@ def cmd_fit(args):
         print(f"pool placements in {tr.CONTIGUOUS_UNITS[0]}-byte units (Pool(placement=...)): " +
               ", ".join(f"{p} {e:.3f}" for p, (e, _) in placements.items()) +
               f"; smallest arena here: {tr.fewest_mapped(placements)}")
-        print(f"pool placement and unit with the smallest arena (of min_block "
-              f"{', '.join(map(str, tr.CONTIGUOUS_UNITS))}): {plan.efficiency:.3f}, "
+        print(f"pool placement, unit and slabs with the smallest arena (of min_block "
+              f"{', '.join(map(str, tr.CONTIGUOUS_UNITS))}, slab_max "
+              f"{', '.join(map(str, tr.SLAB_MAXES))}): {plan.efficiency:.3f}, "
               f"{_mib(plan.arena)}; deploy with placement={plan.placement!r}, "
-              f"min_block={plan.min_block}")
+              f"min_block={plan.min_block}, slab_max={plan.slab_max}")
     if paged:
         rows = [(f"paged pool, {_kib(p['granule'])} granules", _mib(p["peak_mapped"]),
                  f"{p['physical_efficiency']:.3f}", f"{p['bound']:.4f}") for p in paged]
@@ -370,10 +379,12 @@ def cmd_fit(args):
               "; maps least here: " +
               ", ".join(f"{_kib(p['granule'])} {p['placement']}" for p in paged))
         for p in paged:
-            print(f"paged {_kib(p['granule'])}: placement and unit that map least (of min_block "
-                  f"{', '.join(str(u) for u in tr.PAGED_UNITS if u <= p['granule'])}): "
+            print(f"paged {_kib(p['granule'])}: placement, unit and slabs that map least (of "
+                  f"min_block {', '.join(str(u) for u in tr.PAGED_UNITS if u <= p['granule'])}, "
+                  f"slab_max {', '.join(map(str, tr.SLAB_MAXES))}): "
                   f"{p['plan']['efficiency']:.3f}, {_mib(p['plan']['peak_mapped'])}; deploy with "
-                  f"placement={p['plan']['placement']!r}, min_block={p['plan']['min_block']}")
+                  f"placement={p['plan']['placement']!r}, min_block={p['plan']['min_block']}, "
+                  f"slab_max={p['plan']['slab_max']}")
     _print_notes(t)
     return 0
 

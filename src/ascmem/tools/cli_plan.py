@@ -72,8 +72,9 @@ def cmd_plan(args):
             print(f"ascmem placements in {tr.CONTIGUOUS_UNITS[0]}-byte units "
                   "(Device(placement=...)): " + ", ".join(
                 f"{name} {_mib(peak)}" for name, peak in fp.placements.items()) +
-                f"; fewest pages of every unit: {_mib(fp.peak)}; deploy with "
-                f"placement={fp.placement!r}, min_block={fp.min_block}")
+                f"; fewest pages of every setting: {_mib(fp.peak)}; deploy with "
+                f"placement={fp.placement!r}, min_block={fp.min_block}, "
+                f"slab_max={fp.slab_max}")
     names = [fp.allocator for fp in p.footprints]
     rows, cells = [], {}
     for f in p.fits:

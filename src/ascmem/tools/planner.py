@@ -4,10 +4,10 @@ under which allocator -- asked before deployment, or after an out-of-memory.
 The workload (a trace) is measured once per allocator:
   - ascmem: replayed through a Device under each placement the reference
     Device can take (a contiguous Pool's: it is not paged), in each unit of
-    ascmem.trace.CONTIGUOUS_UNITS; the peak of device pages in use (huge and
-    normal together, at the same moment) of the placement and unit with the
-    smallest, the default on a tie: the ``Device(placement=...,
-    min_block=...)`` to deploy with;
+    ascmem.trace.CONTIGUOUS_UNITS, with each slab_max of SLAB_MAXES; the
+    peak of device pages in use (huge and normal together, at the same
+    moment) of the setting with the smallest, the default on a tie: the
+    ``Device(placement=..., min_block=..., slab_max=...)`` to deploy with;
   - torch-caching: torch_npu's caching allocator, emulated
     (ascmem.emulations.torch_caching); its peak of reserved segments;
   - torch-expandable, torch-expandable-eager: the same with expandable
@@ -55,8 +55,9 @@ class Footprint:
     placements: dict = dataclasses.field(default_factory=dict)  # ascmem: placement -> peak,
     #                                                             in the default unit
     min_block: int = None     # ascmem: the Device unit of this peak
-    plans: list = dataclasses.field(default_factory=list)  # ascmem: each placement and unit
-    #                                                        tried: placement, min_block, peak
+    slab_max: int = None      # ascmem: the Device slab_max of this peak
+    plans: list = dataclasses.field(default_factory=list)  # ascmem: each setting tried:
+    #                                                        placement, min_block, slab_max, peak
 
 
 def _bounded(fp, peak_live):
@@ -131,29 +132,31 @@ def footprints(trace, allocators=ALLOCATORS, curves=False):
 
 
 def _ascmem_footprint(trace, media_peak, curves):
-    """The Footprint of a Device under the placement and unit, of those the
-    reference Device takes (it is not paged: a contiguous Pool's) in each
-    unit of CONTIGUOUS_UNITS, whose replay holds the fewest pages at its
-    peak; a replay that failed never wins over one that did not, and the
-    default (placement and unit), listed first, wins a tie.  When every
+    """The Footprint of a Device under the placement, unit and slab_max, of
+    the placements the reference Device takes (it is not paged: a contiguous
+    Pool's) in each unit of CONTIGUOUS_UNITS with each slab_max of
+    SLAB_MAXES, whose replay holds the fewest pages at its peak; a replay
+    that failed never wins over one that did not, and the default
+    (placement, unit and slab_max), listed first, wins a tie.  When every
     replay failed none says which holds less (a failed replay's peak is
     where it stopped: _bounded), so the default is kept."""
     import ascmem
     from ascmem import trace as tr
     tried = []
-    for unit in tr.CONTIGUOUS_UNITS:
-        for placement in tr.CONTIGUOUS_PLACEMENTS:
-            with ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY, placement=placement,
-                               min_block=unit) as dev:
-                peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
-            tried.append(Footprint("ascmem", peak, media_peak, curve, complete=not failures,
-                                   placement=placement, min_block=unit))
+    for slab_max in tr.SLAB_MAXES:
+        for unit in tr.CONTIGUOUS_UNITS:
+            for placement in tr.CONTIGUOUS_PLACEMENTS:
+                with ascmem.Device(REFERENCE, memory=REFERENCE_MEMORY, placement=placement,
+                                   min_block=unit, slab_max=slab_max) as dev:
+                    peak, failures, curve = tr.device_footprint(trace, dev, curve=curves)
+                tried.append(Footprint("ascmem", peak, media_peak, curve, complete=not failures,
+                                       placement=placement, min_block=unit, slab_max=slab_max))
     complete = [fp for fp in tried if fp.complete]
     best = min(complete, key=lambda fp: fp.peak) if complete else tried[0]
     best.placements = {fp.placement: fp.peak for fp in tried
-                       if fp.min_block == tr.CONTIGUOUS_UNITS[0]}
-    best.plans = [{"placement": fp.placement, "min_block": fp.min_block, "peak": fp.peak}
-                  for fp in tried]
+                       if fp.min_block == tr.CONTIGUOUS_UNITS[0] and fp.slab_max == tr.SLAB_MAX}
+    best.plans = [{"placement": fp.placement, "min_block": fp.min_block,
+                   "slab_max": fp.slab_max, "peak": fp.peak} for fp in tried]
     return best
 
 

@@ -17,6 +17,7 @@ import zlib
 from typing import Any, NamedTuple
 
 from ascmem.trace import profiler as _import
+from ascmem._core import SLAB_MAX
 from ascmem.errors import ArgumentTypeError, InvalidArgumentError, OutOfMemoryError
 from ascmem.emulations.raw_cann import request_of
 from ascmem.trace.csvfile import save  # noqa: F401  (ascmem.trace.save)
@@ -695,26 +696,26 @@ def min_capacity(trace, allocator="pool", resolution=64 * 1024, hi=None, progres
 
 
 def paged_pool(trace, granule=2 << 20, release_threshold=0, range_size=None, placement=None,
-               min_block=4096):
+               min_block=4096, slab_max=None):
     """A paged Pool for replaying trace: a virtual range far larger than any
     placement of it needs (at least 64 GiB), or of range_size bytes, mapped
-    in granules, with the given placement (Pool's; None: "granules") and
-    unit (Pool's min_block)."""
+    in granules, with the given placement (Pool's; None: "granules"), unit
+    (Pool's min_block) and slab_max (Pool's; None: its default)."""
     import ascmem
     size = range_size or max(64 << 30, 16 * _a_trace(trace).peak_live())
     _bytes(granule, "granule", power_of_two=True)
     size = (size + granule - 1) // granule * granule
     return ascmem.Pool(size, base=1 << 44, granule=granule, release_threshold=release_threshold,
-                       placement=placement, min_block=min_block)
+                       placement=placement, min_block=min_block, slab_max=slab_max)
 
 
 def physical_efficiency(trace, granule=2 << 20, release_threshold=0, range_size=None,
-                        progress=None, placement=None, min_block=4096):
+                        progress=None, placement=None, min_block=4096, slab_max=None):
     """Peak live bytes / peak mapped bytes when a paged Pool with this granule
-    (and virtual range, placement and unit, see paged_pool) replays the trace: how
+    (and virtual range, placement, unit and slab_max, see paged_pool) replays the trace: how
     much physical memory a page-mapped pool needs against what the trace
     holds live at its peak.  Returns (efficiency, peak mapped bytes)."""
-    pool = paged_pool(trace, granule, release_threshold, range_size, placement, min_block)
+    pool = paged_pool(trace, granule, release_threshold, range_size, placement, min_block, slab_max)
     report = replay(trace, pool, progress=progress)
     if report["failures"]:  # the figures would be those of another run, with fewer blocks live
         raise OutOfMemoryError(f"{report['failures']} of the trace's allocations found no room in "
@@ -728,11 +729,12 @@ PLACEMENTS = ("granules", "packed", "best-fit")  # Pool's placement argument; th
 
 
 def placement_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
-                           progress=None, min_block=4096):
-    """physical_efficiency under each paged placement, in units of min_block:
-    {placement: (efficiency, peak mapped bytes)}, in the order of PLACEMENTS."""
+                           progress=None, min_block=4096, slab_max=None):
+    """physical_efficiency under each paged placement, in units of min_block
+    with this slab_max: {placement: (efficiency, peak mapped bytes)}, in the
+    order of PLACEMENTS."""
     return {p: physical_efficiency(trace, granule, release_threshold, range_size, progress, p,
-                                   min_block)
+                                   min_block, slab_max)
             for p in PLACEMENTS}
 
 
@@ -756,48 +758,55 @@ def choose_placement(trace, granule=2 << 20, release_threshold=0, range_size=Non
     return (best,) + figures[best]
 
 
-def _in_each_unit(units, figures_in):
-    """{(placement, unit): figures} from figures_in(unit) -> {placement:
-    figures}, unit by unit in the order of units (a plan's replays)."""
-    return {(p, unit): got for unit in units for p, got in figures_in(unit).items()}
+def _in_each_setting(units, figures_in):
+    """{(placement, unit, slab_max): figures} from figures_in(unit,
+    slab_max) -> {placement: figures}: a plan's replays, with slabs
+    (SLAB_MAXES' order) then unit by unit in the order of units, so that
+    the defaults come first."""
+    return {(p, unit, slab_max): got for slab_max in SLAB_MAXES for unit in units
+            for p, got in figures_in(unit, slab_max).items()}
 
 
 class PagedPlan(NamedTuple):
     """A paged Pool's configuration chosen from a recorded run: deploy with
-    ``Pool(size, granule=granule, placement=placement, min_block=min_block)``
-    (``Device(paged=True, ...)`` takes the same placement and unit)."""
+    ``Pool(size, granule=granule, placement=placement, min_block=min_block,
+    slab_max=slab_max)`` (``Device(paged=True, ...)`` takes the same three)."""
     placement: str
     min_block: int
     efficiency: float
     peak_mapped: int  # bytes mapped at the replay's peak
+    slab_max: int = SLAB_MAX
 
 
 def paged_plan_efficiencies(trace, granule=2 << 20, release_threshold=0, range_size=None,
                             progress=None):
     """physical_efficiency under each paged placement in each unit of
-    PAGED_UNITS: {(placement, min_block): (efficiency, peak mapped bytes)},
-    the default unit's placements first, the default first among them."""
+    PAGED_UNITS, with each slab_max of SLAB_MAXES: {(placement, min_block,
+    slab_max): (efficiency, peak mapped bytes)}, the default unit's
+    placements with slabs first, the default first among them."""
     # a unit holds no more than one granule; with none that small, the
     # smallest is tried, for the pool to refuse the granule as it would
     units = [u for u in PAGED_UNITS if u <= granule] or [min(PAGED_UNITS)]
-    return _in_each_unit(units, lambda unit: placement_efficiencies(
-        trace, granule, release_threshold, range_size, progress, unit))
+    return _in_each_setting(units, lambda unit, slab_max: placement_efficiencies(
+        trace, granule, release_threshold, range_size, progress, unit, slab_max))
 
 
 def best_paged_plan(figures):
     """The PagedPlan of paged_plan_efficiencies' figures that maps the
     fewest bytes at the peak, the earliest listed on a tie (the default
-    placement and unit first)."""
-    placement, unit = fewest_mapped(figures)
-    return PagedPlan(placement, unit, *figures[(placement, unit)])
+    placement, unit and slab_max first)."""
+    placement, unit, slab_max = setting = fewest_mapped(figures)
+    return PagedPlan(placement, unit, *figures[setting], slab_max=slab_max)
 
 
 def choose_paged_plan(trace, granule=2 << 20, release_threshold=0, range_size=None):
-    """The paged placement and unit (Pool's placement and min_block) that
-    map the fewest bytes at the peak when this recorded run replays, the
-    default on a tie.  The unit sets the holes best fit leaves, and so which
-    granules a block lands on (docs/ARCHITECTURE.md, Note [Best-fit
-    placement]).  Returns a PagedPlan."""
+    """The paged placement, unit and slab_max (Pool's placement, min_block
+    and slab_max) that map the fewest bytes at the peak when this recorded
+    run replays, the default on a tie.  The unit sets the holes best fit
+    leaves, and so which granules a block lands on (docs/ARCHITECTURE.md,
+    Note [Best-fit placement]); slabs keep a span for each size class,
+    which on some workloads costs granules best fit would not (Note [Slabs
+    or best fit]).  Returns a PagedPlan."""
     return best_paged_plan(paged_plan_efficiencies(trace, granule, release_threshold, range_size))
 
 
@@ -808,29 +817,35 @@ CONTIGUOUS_PLACEMENTS = ("kept-in-place", "kept-to-best-fit", "lowest-equal", "b
 CONTIGUOUS_UNITS = (4096, 2048, 1024)
 # the units a paged plan tries: the same, for the same reason (Note [Best-fit placement])
 PAGED_UNITS = CONTIGUOUS_UNITS
+# the slab_max (Pool's and Device's) both plans try: slabs up to 32 KiB (the
+# default), and none (Note [Slabs or best fit])
+SLAB_MAXES = (SLAB_MAX, 0)
 
 
-def contiguous_pool(placement=None, min_block=4096):
+def contiguous_pool(placement=None, min_block=4096, slab_max=None):
     """capacity -> a contiguous Pool with this placement (Pool's; None:
-    "kept-in-place") and unit, as make_allocator("pool") makes one: an
-    allocator argument of min_capacity and efficiency."""
+    "kept-in-place"), unit and slab_max (None: the Pool's default), as
+    make_allocator("pool") makes one: an allocator argument of min_capacity
+    and efficiency."""
     import ascmem
 
     def make(capacity):
-        return ascmem.Pool(capacity, base=1 << 32, placement=placement, min_block=min_block)
+        return ascmem.Pool(capacity, base=1 << 32, placement=placement, min_block=min_block,
+                           slab_max=slab_max)
     return make
 
 
 def contiguous_placement_efficiencies(trace, resolution=64 * 1024, progress=None,
-                                      min_block=4096):
-    """efficiency under each contiguous placement, in units of min_block:
-    {placement: (efficiency, smallest arena)}, in the order of
-    CONTIGUOUS_PLACEMENTS (progress: as min_capacity's, counted afresh for
-    each placement)."""
+                                      min_block=4096, slab_max=None):
+    """efficiency under each contiguous placement, in units of min_block
+    with this slab_max: {placement: (efficiency, smallest arena)}, in the
+    order of CONTIGUOUS_PLACEMENTS (progress: as min_capacity's, counted
+    afresh for each placement)."""
     peak = _a_trace(trace).peak_live()
     figures = {}
     for p in CONTIGUOUS_PLACEMENTS:
-        cap = min_capacity(trace, contiguous_pool(p, min_block), resolution, progress=progress)
+        cap = min_capacity(trace, contiguous_pool(p, min_block, slab_max), resolution,
+                           progress=progress)
         figures[p] = (peak / cap, cap)
     return figures
 
@@ -849,38 +864,41 @@ def choose_contiguous_placement(trace, resolution=64 * 1024, min_block=4096):
 
 class ContiguousPlan(NamedTuple):
     """A contiguous Pool's configuration chosen from a recorded run: deploy
-    with ``Pool(arena, placement=placement, min_block=min_block)`` (a
-    Device that is not paged takes the same two arguments)."""
+    with ``Pool(arena, placement=placement, min_block=min_block,
+    slab_max=slab_max)`` (a Device that is not paged takes the same three
+    arguments)."""
     placement: str
     min_block: int
     efficiency: float
     arena: int  # the smallest arena that replays the run, in bytes
+    slab_max: int = SLAB_MAX
 
 
 def contiguous_plan_efficiencies(trace, resolution=64 * 1024, progress=None):
     """efficiency under each contiguous placement in each unit of
-    CONTIGUOUS_UNITS: {(placement, min_block): (efficiency, smallest
-    arena)}, the default unit's placements first, the default first
-    among them."""
-    return _in_each_unit(CONTIGUOUS_UNITS, lambda unit: contiguous_placement_efficiencies(
-        trace, resolution, progress, unit))
+    CONTIGUOUS_UNITS, with each slab_max of SLAB_MAXES: {(placement,
+    min_block, slab_max): (efficiency, smallest arena)}, the default unit's
+    placements with slabs first, the default first among them."""
+    return _in_each_setting(CONTIGUOUS_UNITS, lambda unit, slab_max: (
+        contiguous_placement_efficiencies(trace, resolution, progress, unit, slab_max)))
 
 
 def best_contiguous_plan(figures):
     """The ContiguousPlan of contiguous_plan_efficiencies' figures with the
-    smallest arena, the earliest listed on a tie (the default placement
-    and unit first)."""
-    placement, unit = fewest_mapped(figures)
-    return ContiguousPlan(placement, unit, *figures[(placement, unit)])
+    smallest arena, the earliest listed on a tie (the default placement,
+    unit and slab_max first)."""
+    placement, unit, slab_max = setting = fewest_mapped(figures)
+    return ContiguousPlan(placement, unit, *figures[setting], slab_max=slab_max)
 
 
 def choose_contiguous_plan(trace, resolution=64 * 1024):
-    """The contiguous placement and unit (Pool's placement and min_block)
-    whose Pool replays this recorded run in the smallest arena, the default
-    on a tie.  The unit changes the sizes of the holes best fit leaves, so
-    which placement wins, and by how much, depends on it as well
-    (docs/ARCHITECTURE.md, Note [Contiguous placements]).  Returns a
-    ContiguousPlan."""
+    """The contiguous placement, unit and slab_max (Pool's placement,
+    min_block and slab_max) whose Pool replays this recorded run in the
+    smallest arena, the default on a tie.  The unit changes the sizes of the
+    holes best fit leaves, so which placement wins, and by how much, depends
+    on it as well (docs/ARCHITECTURE.md, Note [Contiguous placements]); so
+    do slabs, whose spans best fit places among the large blocks (Note
+    [Slabs or best fit]).  Returns a ContiguousPlan."""
     return best_contiguous_plan(contiguous_plan_efficiencies(trace, resolution))
 
 
