@@ -1074,6 +1074,55 @@ static void test_device_contiguous_placement(void) {
     ascm_device_destroy(d);
 }
 
+/* slab_max (ascm_pool_set_slab_max): requests up to it come from slabs,
+ * larger ones from best fit in whole units; 0 serves none from slabs; more
+ * than the largest class reads as it; BEST_FIT caps it at 1 KiB.  A block
+ * keeps the path it was placed by: one from a slab is freed as one after
+ * the limit changed.  A device gives its setting to every pool, chunks
+ * added later and a reset's included. */
+static void test_slab_max(void) {
+    ascm_pool *p;
+    ascm_pool_config cfg = {.base = 1u << 30, .size = 16u << 20, .min_block = 4096};
+    uint64_t a, b, c, sz;
+    CHECK(ascm_pool_create(&cfg, &p) == ASCM_OK);
+    CHECK(ascm_pool_slab_max(p) == 32768);
+    CHECK(ascm_pool_alloc(p, 100, 64, &a) == ASCM_OK);
+    CHECK(ascm_pool_usable_size(p, a, &sz) == ASCM_OK && sz == 128);
+    CHECK(ascm_pool_set_slab_max(p, 0) == ASCM_OK && ascm_pool_slab_max(p) == 0);
+    CHECK(ascm_pool_usable_for(p, 100, 64) == 4096);
+    CHECK(ascm_pool_alloc(p, 100, 64, &b) == ASCM_OK);
+    CHECK(ascm_pool_usable_size(p, b, &sz) == ASCM_OK && sz == 4096);
+    POOL_OK(p);
+    CHECK(ascm_pool_free(p, a) == ASCM_OK); /* from a slab, freed after the change */
+    CHECK(ascm_pool_set_slab_max(p, 2048) == ASCM_OK);
+    CHECK(ascm_pool_usable_for(p, 2048, 64) < 4096 && ascm_pool_usable_for(p, 2049, 64) == 4096);
+    CHECK(ascm_pool_set_slab_max(p, 1ull << 40) == ASCM_OK && ascm_pool_slab_max(p) == 32768);
+    CHECK(ascm_pool_alloc(p, 100, 64, &c) == ASCM_OK);
+    CHECK(ascm_pool_usable_size(p, c, &sz) == ASCM_OK && sz == 128);
+    CHECK(ascm_pool_free(p, b) == ASCM_OK && ascm_pool_free(p, c) == ASCM_OK);
+    POOL_OK(p);
+    ascm_pool_destroy(p);
+    ascm_pool *g = granule_pool(); /* BEST_FIT: at most 1 KiB from slabs, whatever slab_max */
+    CHECK(ascm_pool_set_placement(g, ASCM_PLACE_BEST_FIT) == ASCM_OK);
+    CHECK(ascm_pool_usable_for(g, 1024, 64) == 1024 && ascm_pool_usable_for(g, 1025, 64) == 4096);
+    CHECK(ascm_pool_set_slab_max(g, 512) == ASCM_OK);
+    CHECK(ascm_pool_usable_for(g, 512, 64) == 512 && ascm_pool_usable_for(g, 513, 64) == 4096);
+    CHECK(ascm_pool_set_placement(g, ASCM_PLACE_GRANULES) == ASCM_OK);
+    CHECK(ascm_pool_usable_for(g, 513, 64) == 4096 && ascm_pool_slab_max(g) == 512);
+    ascm_pool_destroy(g);
+    ascm_device_config dcfg = normal_only(4096);
+    ascm_device *d;
+    CHECK(ascm_device_create(&dcfg, &d) == ASCM_OK);
+    CHECK(ascm_device_slab_max(d) == 32768);
+    CHECK(ascm_device_set_slab_max(d, 0) == ASCM_OK && ascm_device_slab_max(d) == 0);
+    CHECK(ascm_pool_slab_max(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)) == 0);
+    CHECK(ascm_device_add_chunk(d, ASCM_KIND_NORMAL, 1ull << 41, 8u << 20) == ASCM_OK);
+    CHECK(ascm_pool_slab_max(ascm_device_chunk(d, ASCM_KIND_NORMAL, 1, NULL, NULL)) == 0);
+    CHECK(ascm_device_reset(d, dcfg.base) == ASCM_OK);
+    CHECK(ascm_pool_slab_max(ascm_device_chunk(d, ASCM_KIND_NORMAL, 0, NULL, NULL)) == 0);
+    ascm_device_destroy(d);
+}
+
 /* Best-fit placement, the first region full: a request goes to best fit in
  * the regions after it, as plain best fit over the range would place it --
  * not to the lowest free run that holds it.  Holes of 2 MiB and 1 MiB in
@@ -1993,6 +2042,7 @@ int main(void) {
         {"paged_best_fit_placement", test_paged_best_fit_placement},
         {"contiguous_placements", test_contiguous_placements},
         {"device_contiguous_placement", test_device_contiguous_placement},
+        {"slab_max", test_slab_max},
         {"device_min_block", test_device_min_block},
         {"paged_mapped_first", test_paged_mapped_first},
         {"pool_batch", test_pool_batch},
