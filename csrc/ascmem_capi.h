@@ -28,7 +28,8 @@
  * newer one is refused by an older ascmem, whose table is smaller):
  * pool_alloc_handle and pool_free_handle; then pool_set_thread_caches; then
  * pool_thread_caches_on; then pool_set_placement, pool_placement,
- * device_set_placement and device_placement. */
+ * device_set_placement and device_placement; then pool_set_slab_max,
+ * pool_slab_max, device_set_slab_max and device_slab_max. */
 #define ASCM_CAPI_VERSION 4
 #define ASCM_CAPI_CAPSULE "ascmem._core._C_API"
 
@@ -67,6 +68,12 @@ typedef struct ascm_capi {
     int (*pool_placement)(ascm_pool *p);
     int (*device_set_placement)(ascm_device *d, int placement);
     int (*device_placement)(ascm_device *d);
+    /* the largest request served from slabs (ascmem.h, ascm_pool_set_slab_max;
+     * 0: none), for a plan's slab_max; a device's as its placement */
+    int (*pool_set_slab_max)(ascm_pool *p, uint64_t bytes);
+    uint64_t (*pool_slab_max)(ascm_pool *p);
+    int (*device_set_slab_max)(ascm_device *d, uint64_t bytes);
+    uint64_t (*device_slab_max)(ascm_device *d);
 } ascm_capi;
 
 static const ascm_capi *ascm_api = NULL;

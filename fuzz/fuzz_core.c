@@ -358,6 +358,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         default:
             if (req & 1) ascm_pool_trim(pool);
             if (req & 2) ascm_pool_trim(paged);
+            /* slab_max switched with blocks live: a block keeps the path it was
+             * placed by (ascmem.h), which frees and checks must honour */
+            if (req & 4) ascm_pool_set_slab_max(pool, (req >> 8) & 0xFFFF);
+            if (req & 8) ascm_pool_set_slab_max(paged, (req >> 12) & 0xFFFF);
+            if ((req & 16) && !closed) ascm_device_set_slab_max(dev, (req >> 4) & 0xFFFF);
             paged_agrees(paged, &mirror_state);
             must_check(ascm_pool_check(paged, msg, sizeof msg), "paged", msg);
             must_check(ascm_pool_check(pool, msg, sizeof msg), "pool", msg);

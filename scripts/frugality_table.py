@@ -48,7 +48,8 @@ SEEN = {"conformer_ctc": "the fit's scan length; the plan's units",
         "early_exit_depths": "stranded spare slabs",
         "speculative_decoding": "the plan's units; the best-fit placement's slab size limit",
         "detector_boxes": "the best-fit placement's slab size limit",
-        "beam_search_shrinking": "the best-fit-end-last placement",
+        "beam_search_shrinking": "the best-fit-end-last placement; the plans' slab_max",
+        "tabular_ft_transformer": "the plans' slab_max",
         "ssm_chunked_scan": "the paged plan's units"}
 
 
@@ -79,6 +80,7 @@ def row(t, resolution):
     r["pool"] = next(iter(plans.values()))[0]  # the default placement and unit
     plan = tr.best_contiguous_plan(plans)  # chosen from this trace's own run
     r["pool_placement"], r["pool_min_block"], r["pool@planned"] = plan[:3]
+    r["pool_slab_max"] = plan.slab_max
     for name in ("bestfit", "bestfit-wilderness"):
         r[name] = tr.efficiency(t, name, resolution)[0]
     for g, label in GRANULES:
@@ -88,6 +90,7 @@ def row(t, resolution):
         plan = tr.best_paged_plan(plans)  # chosen from this trace's own run
         r[f"paged{label}@chosen"] = plan.efficiency
         r[f"paged{label}_placement"], r[f"paged{label}_min_block"] = plan[:2]
+        r[f"paged{label}_slab_max"] = plan.slab_max
         r[f"bf+unmap{label}"] = peak / bestfit_unmapped_peak(t, g)
         r[f"bound{label}"] = peak / (-(-peak // g) * g)
     r["expandable"] = tr.efficiency(t, "torch-expandable", resolution)[0]
@@ -98,7 +101,9 @@ def row(t, resolution):
 def print_row(r, held):
     name = ("*" if held else " ") + r["trace"]
     print(f"{name:24s}{r['peak_live'] / 2**20:9.1f}" + "".join(f"{r[c]:>11.3f}" for c in COLUMNS)
-          + f"  plan: {r['pool_placement']}, min_block {r['pool_min_block']}", flush=True)
+          + f"  plan: {r['pool_placement']}, min_block {r['pool_min_block']}, slab_max "
+          f"{r['pool_slab_max']}; 2M {r['paged2M_placement']}, {r['paged2M_min_block']}, "
+          f"{r['paged2M_slab_max']}", flush=True)
 
 
 MARGIN = 0.005  # issue 42's tolerance against a peer
@@ -164,7 +169,7 @@ def main(argv=None):
         for c in COLUMNS[4:]]
     print(f"efficiency = peak live / smallest arena (contiguous, bisection to "
           f"{resolution >> 10} KiB) or peak mapped (paged); * held out; pool@plan, pg..@run: "
-          f"the placement and unit chosen from the trace itself")
+          f"the placement, unit and slab_max chosen from the trace itself")
     print(f"{'trace':24s}{'live MiB':>9s}" + "".join(f"{h:>11s}" for h in heads))
     rows = []
     for t, held in selected(args.paths, args.only):

@@ -29,6 +29,10 @@ cdef extern from "ascmem_capi.h":
         int (*pool_placement)(ascm_pool *) noexcept nogil
         int (*device_set_placement)(ascm_device *, int) noexcept nogil
         int (*device_placement)(ascm_device *) noexcept nogil
+        int (*pool_set_slab_max)(ascm_pool *, uint64_t) noexcept nogil
+        uint64_t (*pool_slab_max)(ascm_pool *) noexcept nogil
+        int (*device_set_slab_max)(ascm_device *, uint64_t) noexcept nogil
+        uint64_t (*device_slab_max)(ascm_device *) noexcept nogil
 
 
 cdef ascm_pool *_capi_pool_of(PyObject *o) noexcept:
@@ -76,6 +80,16 @@ cdef int _capi_device_set_placement(ascm_device *d, int placement) noexcept nogi
     return st
 
 
+cdef int _capi_device_set_slab_max(ascm_device *d, uint64_t bytes) noexcept nogil:
+    """Through the gate, as device_set_placement."""
+    cdef int st
+    if not ascm_device_enter(d):
+        return ASCM_ERR_CLOSED
+    st = ascm_device_set_slab_max(d, bytes)
+    ascm_device_leave(d)
+    return st
+
+
 cdef ascm_capi _capi
 _capi.version = ASCM_CAPI_VERSION
 _capi.size = sizeof(ascm_capi)
@@ -99,5 +113,9 @@ _capi.pool_set_placement = ascm_pool_set_placement
 _capi.pool_placement = ascm_pool_placement
 _capi.device_set_placement = _capi_device_set_placement
 _capi.device_placement = ascm_device_placement
+_capi.pool_set_slab_max = ascm_pool_set_slab_max
+_capi.pool_slab_max = ascm_pool_slab_max
+_capi.device_set_slab_max = _capi_device_set_slab_max
+_capi.device_slab_max = ascm_device_slab_max
 
 _C_API = PyCapsule_New(<void *>&_capi, "ascmem._core._C_API", NULL)

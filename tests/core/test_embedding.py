@@ -185,8 +185,26 @@ static PyObject *set_placement(PyObject *self, PyObject *args) {
     return Py_BuildValue("ii", st, now);
 }
 
+/* set_slab_max(pool or device, bytes): the capsule's setter, then its
+ * getter: (status, slab_max read back) */
+static PyObject *set_slab_max(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    unsigned long long bytes, now;
+    int st;
+    if (!PyArg_ParseTuple(args, "OK", &obj, &bytes)) return NULL;
+    ascm_pool *p = ascm_api->pool_of(obj);
+    ascm_device *d = p ? NULL : ascm_api->device_of(obj);
+    if (!p && !d) { PyErr_SetString(PyExc_TypeError, "not an ascmem.Pool or Device"); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    st = p ? ascm_api->pool_set_slab_max(p, bytes) : ascm_api->device_set_slab_max(d, bytes);
+    now = p ? ascm_api->pool_slab_max(p) : ascm_api->device_slab_max(d);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("iK", st, now);
+}
+
 static PyMethodDef methods[] = {
     {"set_placement", set_placement, METH_VARARGS, NULL},
+    {"set_slab_max", set_slab_max, METH_VARARGS, NULL},
     {"churn_threads", churn_threads, METH_VARARGS, NULL},
     {"roundtrip", roundtrip, METH_VARARGS, NULL},
     {"handle_roundtrip", handle_roundtrip, METH_VARARGS, NULL},
@@ -332,6 +350,25 @@ def test_c_extension_sets_a_placement_through_the_capsule(built):
     assert capi_user.set_placement(d, lowest_equal)[0] != 0  # closed: refused
     with pytest.raises(TypeError):
         capi_user.set_placement(object(), 2)
+
+
+def test_c_extension_sets_slab_max_through_the_capsule(built):
+    """A plan's slab_max deployed from C: the Python objects read what the
+    embedder set, a request under it then comes from best fit in whole
+    units, and a closed device refuses."""
+    _, capi_user = built
+    p = ascmem.Pool(1 << 26, base=1 << 32)
+    assert capi_user.set_slab_max(p, 0) == (0, 0) and p.slab_max == 0
+    a = p.alloc(100)
+    assert p.usable_size(a) == p.min_block
+    p.free(a)
+    assert capi_user.set_slab_max(p, 1 << 40) == (0, 32 << 10)  # the largest class
+    with ascmem.Device("atlas-a2-training", memory=8 << 30) as d:
+        assert capi_user.set_slab_max(d, 0) == (0, 0) and d.slab_max == 0
+        d.reset()
+        assert d.slab_max == 0
+        d.check()
+    assert capi_user.set_slab_max(d, 0)[0] != 0  # closed: refused
 
 
 def test_pluggable_functions_from_threads():
