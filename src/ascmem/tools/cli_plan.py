@@ -88,6 +88,9 @@ def cmd_plan(args):
         rows.append([f"{model} {mode}", _mib(first.memory), _mib(first.first_job)] +
                     [_cell(cells[(model, mode, n)], _mib) for n in names])
     print(_table(rows, ["product, mode", "memory", "first job"] + names))
+    if any(f.runs_as != f.allocator for f in p.fits):
+        print("(as torch-caching): that product and mode has no virtual memory management, so "
+              "torch_npu turns expandable segments off and its caching allocator runs")
     for name in names:
         print(f"smallest card that fits with {name}: {p.smallest[name] or 'none'}")
     _print_notes(t)
@@ -97,6 +100,10 @@ def cmd_plan(args):
 
 
 def _cell(f, mib):
+    return _verdict(f, mib) + ("" if f.runs_as == f.allocator else f" (as {f.runs_as})")
+
+
+def _verdict(f, mib):
     if f.fits:
         return f"fits, {mib(f.headroom)} free"
     short = mib(-f.headroom) if f.headroom < 0 else "0 B"

@@ -12,7 +12,10 @@ The workload (a trace) is measured once per allocator:
     (ascmem.emulations.torch_caching); its peak of reserved segments;
   - torch-expandable, torch-expandable-eager: the same with expandable
     segments (ascmem.emulations.torch_expandable), pages unmapped only before
-    out-of-memory, or as soon as they are free; their peak of mapped pages;
+    out-of-memory, or as soon as they are free; their peak of mapped pages.
+    On a product (and mode) without virtual memory management torch_npu
+    turns them off, so torch-caching's peak counts there (Fit.runs_as,
+    NEEDS_VIRTUAL_MEMORY);
   - cann-raw: every request a runtime call in whole pages (ascmem.emulations.raw_cann);
   - bestfit-wilderness (asked for by name): textbook best fit keeping the
     arena's untouched end for last (ascmem.emulations.reference), one contiguous arena
@@ -39,6 +42,15 @@ PAGE = 2 << 20
 ALLOCATORS = ("ascmem", "torch-caching", "torch-expandable", "torch-expandable-eager",
               "cann-raw")  # the default
 PEERS = ALLOCATORS + ("bestfit-wilderness",)
+# Expandable segments map physical memory into reserved address space, which
+# the products without virtual memory management refuse (profiles [V]);
+# torch_npu then warns and turns them off, so its caching allocator is what
+# runs there: at start-up it tries aclrtReserveMemAddress and, when that
+# fails, parses "expandable_segments:False" (Ascend/pytorch
+# torch_npu/csrc/core/npu/NPUAllocatorConfig.cpp lines 306-323, at
+# 9e73e708a; NPUException.h line 147: ACL_ERROR_RT_FEATURE_NOT_SUPPORT only
+# warns there).
+NEEDS_VIRTUAL_MEMORY = ("torch-expandable", "torch-expandable-eager")
 REFERENCE = "atlas-a2-training"
 REFERENCE_MEMORY = 120 << 30  # room for any workload a card could take: the fit is decided below
 
@@ -81,6 +93,8 @@ class Fit:
     fits: bool
     headroom: int             # memory - need (negative: short by that much)
     limit: str                # the limit that binds: "device memory" or "media window"
+    runs_as: str = None       # the allocator whose peak counts here: the allocator, or
+    #                           torch-caching for expandable segments without virtual memory
 
 
 @dataclasses.dataclass
@@ -187,6 +201,7 @@ def plan(trace, weights=0, instances=1, headroom=0, dvpp=0, models=None,
     prints = footprints(trace, allocators, curves)  # checks that trace is one
     peak_live = trace.peak_live()
     prints = [_bounded(fp, peak_live) for fp in prints]
+    caching = None  # torch-caching's footprint, once a product without virtual memory needs it
     fits = []
     for model in models or profiles.names():
         prof = profiles.get(model)
@@ -194,7 +209,14 @@ def plan(trace, weights=0, instances=1, headroom=0, dvpp=0, models=None,
             lay = profiles.layout(prof, mode)
             memory = lay.reserve + lay.shared
             taken = first_job(prof, mode)
-            for fp in prints:
+            for asked in prints:
+                fp = asked
+                if asked.allocator in NEEDS_VIRTUAL_MEMORY and not prof.virtual_memory_in(mode):
+                    if caching is None:
+                        caching = next((f for f in prints if f.allocator == "torch-caching"),
+                                       None) or _bounded(footprints(trace, ["torch-caching"])[0],
+                                                         peak_live)
+                    fp = caching
                 per_instance = fp.peak + _pages(weights) + _pages(dvpp) + headroom
                 need = instances * per_instance + taken
                 media = fp.media_peak + _pages(dvpp)
@@ -204,8 +226,8 @@ def plan(trace, weights=0, instances=1, headroom=0, dvpp=0, models=None,
                     ok, limit = False, "media window"
                 if not fp.complete:
                     limit = f"workload over {REFERENCE_MEMORY >> 30} GiB"
-                fits.append(Fit(prof.name, mode, fp.allocator, memory, taken, need, ok,
-                                memory - need, limit))
+                fits.append(Fit(prof.name, mode, asked.allocator, memory, taken, need, ok,
+                                memory - need, limit, fp.allocator))
     smallest = {}
     for fp in prints:
         good = [f for f in fits if f.allocator == fp.allocator and f.fits]
