@@ -713,6 +713,11 @@ static void test_device_thread_caches(void) {
             POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
             ascm_device_trim(d);
         }
+        /* slab_max switched under the callers: a block keeps the path it
+         * was placed by, the caches read the limit without the lock */
+        static const uint64_t limits[] = {0, 2048, 32768, 100};
+        CHECK(ascm_device_set_slab_max(d, limits[i % 4]) == ASCM_OK);
+        CHECK(ascm_device_slab_max(d) == limits[i % 4]);
         if (i % 15 == 7) { /* the gate shut: calls are refused meanwhile, then go on */
             ascm_device_quiesce(d);
             usleep(500);
