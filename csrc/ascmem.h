@@ -175,7 +175,9 @@ int ascm_pool_close_if_empty(ascm_pool *p);
 /* Frees every block (as ascm_pool_reset) and closes the pool, in one step:
  * no call of another thread comes between. */
 void ascm_pool_close(ascm_pool *p);
-/* Paged pools: a live large block (over 32 KiB, or aligned past the unit)
+/* Paged pools: a live large block (one no slab serves: over the pool's
+ * slab_max when it was placed, ascm_pool_set_slab_max -- 1 KiB at most
+ * under BEST_FIT --, or aligned past the unit)
  * stops holding its granules -- they are unmapped where no other live block
  * needs them, and discharged, at once (the release threshold keeps none of
  * them) -- but stays allocated at its address; wake maps them again
@@ -277,7 +279,9 @@ int ascm_pool_free_many(ascm_pool *p, const uint64_t *addrs, size_t n, size_t *d
  * in the pool's address map: it is known by its handle only (free,
  * usable_size, sleep by address refuse it with ASCM_ERR_BADFREE /
  * ASCM_ERR_INVAL); walks, statistics and check() count it as any block.  A
- * block of 32 KiB or less (a slab slot) may be freed either way.
+ * block from a slab (at most the pool's slab_max when it was placed,
+ * ascm_pool_set_slab_max: 32 KiB by default, 0 for none, 1 KiB at most
+ * under BEST_FIT) may be freed either way.
  * free_handle refuses, with ASCM_ERR_BADFREE and nothing changed, a handle
  * that designates no live block of this pool: a freed block's handle stays
  * refused until the same metadata and address serve a new block -- the

@@ -1101,6 +1101,18 @@ static void test_slab_max(void) {
     CHECK(ascm_pool_usable_size(p, c, &sz) == ASCM_OK && sz == 128);
     CHECK(ascm_pool_free(p, b) == ASCM_OK && ascm_pool_free(p, c) == ASCM_OK);
     POOL_OK(p);
+    /* by handle: what is not in a slab is known by its handle only, however
+     * small (ascmem.h, handles); a slab slot may be freed either way */
+    ascm_handle h;
+    CHECK(ascm_pool_set_slab_max(p, 0) == ASCM_OK);
+    CHECK(ascm_pool_alloc_handle(p, 100, 64, &a, &h) == ASCM_OK);
+    CHECK(ascm_pool_free(p, a) == ASCM_ERR_BADFREE && ascm_pool_usable_size(p, a, &sz) == ASCM_ERR_BADFREE);
+    CHECK(ascm_pool_free_handle(p, h) == ASCM_OK);
+    CHECK(ascm_pool_set_slab_max(p, 128) == ASCM_OK);
+    CHECK(ascm_pool_alloc_handle(p, 100, 64, &a, &h) == ASCM_OK);
+    CHECK(ascm_pool_set_slab_max(p, 0) == ASCM_OK); /* placed from a slab: stays one */
+    CHECK(ascm_pool_free(p, a) == ASCM_OK && ascm_pool_free_handle(p, h) == ASCM_ERR_BADFREE);
+    POOL_OK(p);
     ascm_pool_destroy(p);
     ascm_pool *g = granule_pool(); /* BEST_FIT: at most 1 KiB from slabs, whatever slab_max */
     CHECK(ascm_pool_set_placement(g, ASCM_PLACE_BEST_FIT) == ASCM_OK);

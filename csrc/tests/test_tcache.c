@@ -112,6 +112,85 @@ static void test_threads_share_a_pool(void) {
     ascm_pool_destroy(p);
 }
 
+/* slab_max switched (0, 100, 2048, the largest class, more) while four
+ * threads allocate through their caches -- by address, by handle and in
+ * batches -- and free their own blocks and each other's: a block keeps the
+ * path it was placed by, so no block is handed to two callers, every free
+ * of a live block succeeds, and the pool stays whole.  Under TSan: the
+ * limit the caches read without the lock. */
+typedef struct switcher {
+    ascm_pool *p;
+    int id, steps;
+    uint64_t seed;
+} switcher;
+
+static void *switch_worker(void *arg) {
+    switcher *w = arg;
+    uint64_t live[LIVE] = {0}, s = w->seed;
+    ascm_handle h[LIVE] = {0};
+    for (int i = 0; i < w->steps; i++) {
+        int v = (int)(rand_of(&s) % LIVE);
+        if (live[v]) {
+            unclaim(live[v]);
+            CHECK((h[v] ? ascm_pool_free_handle(w->p, h[v]) : ascm_pool_free(w->p, live[v])) == ASCM_OK);
+            live[v] = h[v] = 0;
+        }
+        uint64_t size = rand_of(&s) % 8 ? 1 + rand_of(&s) % 4096 : 1 + rand_of(&s) % 40000;
+        int how = (int)(rand_of(&s) % 3), st;
+        if (how == 0) {
+            st = ascm_pool_alloc_handle(w->p, size, 16, &live[v], &h[v]);
+        } else if (how == 1 && v + 4 <= LIVE && !live[v + 1] && !live[v + 2] && !live[v + 3]) {
+            uint64_t sizes[4] = {size, 1 + size / 2, 1 + size / 3, 1 + size / 5};
+            size_t done;
+            st = ascm_pool_alloc_many(w->p, sizes, 4, 16, &live[v], &done);
+            CHECK(st == ASCM_OK ? done == 4 : done == 0);
+            for (int j = 1; st == ASCM_OK && j < 4; j++) claim(live[v + j], w->id);
+        } else {
+            st = ascm_pool_alloc(w->p, size, 16, &live[v]);
+        }
+        if (st == ASCM_OK) {
+            claim(live[v], w->id);
+        } else {
+            CHECK(st == ASCM_ERR_NOMEM);
+            live[v] = h[v] = 0;
+        }
+    }
+    for (int v = 0; v < LIVE; v++)
+        if (live[v]) {
+            unclaim(live[v]);
+            CHECK((h[v] ? ascm_pool_free_handle(w->p, h[v]) : ascm_pool_free(w->p, live[v])) == ASCM_OK);
+        }
+    return NULL;
+}
+
+static void test_slab_max_switched_under_threads(void) {
+    ascm_pool *p = new_pool(SIZE, ASCM_CACHES_ON);
+    pthread_t t[4];
+    switcher w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (switcher){p, i, 60000, 0xD1B54A32D192ED03ull * (uint64_t)(i + 1)};
+        CHECK(pthread_create(&t[i], NULL, switch_worker, &w[i]) == 0);
+    }
+    uint64_t limits[] = {0, 100, 2048, 32768, 1ull << 40, 0, 4096};
+    int placements[] = {ASCM_PLACE_KEPT_IN_PLACE, ASCM_PLACE_LOWEST_EQUAL, ASCM_PLACE_KEPT_TO_BEST_FIT};
+    for (int i = 0; i < 120; i++) {
+        CHECK(ascm_pool_set_slab_max(p, limits[i % 7]) == ASCM_OK);
+        if (i % 5 == 0) CHECK(ascm_pool_set_placement(p, placements[(i / 5) % 3]) == ASCM_OK);
+        if (i % 10 == 0) ascm_pool_trim(p);
+        if (i % 4 == 0) POOL_OK(p);
+        usleep(300);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    ascm_stats st;
+    ascm_pool_stats(p, &st);
+    CHECK(st.live_count == 0 && st.used == 0 && st.requested == 0);
+    POOL_OK(p);
+    ascm_pool_trim(p);
+    ascm_pool_stats(p, &st);
+    CHECK(st.free == st.capacity && st.largest_free == st.capacity); /* every cached slot came back */
+    ascm_pool_destroy(p);
+}
+
 typedef struct ring {
     ascm_pool *p;
     uint64_t slot[256];
@@ -634,6 +713,11 @@ static void test_device_thread_caches(void) {
             POOL_OK(ascm_device_pool(d, ASCM_KIND_NORMAL));
             ascm_device_trim(d);
         }
+        /* slab_max switched under the callers: a block keeps the path it
+         * was placed by, the caches read the limit without the lock */
+        static const uint64_t limits[] = {0, 2048, 32768, 100};
+        CHECK(ascm_device_set_slab_max(d, limits[i % 4]) == ASCM_OK);
+        CHECK(ascm_device_slab_max(d) == limits[i % 4]);
         if (i % 15 == 7) { /* the gate shut: calls are refused meanwhile, then go on */
             ascm_device_quiesce(d);
             usleep(500);
@@ -794,6 +878,7 @@ int main(void) {
     static const test_case tests[] = {
         {"threads_share_a_pool", test_threads_share_a_pool},
         {"cross_thread_frees", test_cross_thread_frees},
+        {"slab_max_switched_under_threads", test_slab_max_switched_under_threads},
         {"bad_frees", test_bad_frees},
         {"thread_exit_and_destroy", test_thread_exit_and_destroy},
         {"full_pool_flushes_caches", test_full_pool_flushes_caches},

@@ -136,7 +136,8 @@ cdef class Pool:
 
     ``slab_max``: requests of at most this many bytes come from slabs,
     larger ones from best fit in units of ``min_block``; 0: none from slabs
-    (textbook best fit for every block).  None (the default) is 32 KiB, the
+    (every block placed as the placement places large ones: textbook best
+    fit under "best-fit-end-last").  None (the default) is 32 KiB, the
     largest slab class, and more reads as that; "best-fit" serves at most
     1 KiB from slabs.  A slab stays while any of its slots is live, which on
     some workloads costs memory best fit would not; the plans
