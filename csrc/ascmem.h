@@ -188,6 +188,11 @@ void ascm_pool_close(ascm_pool *p);
  * back into use (0 on an error), counted under the pool's lock, so other
  * threads' allocations do not blur them. */
 int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released);
+/* 1 when addr starts a live large block (one ascm_pool_sleep takes if the
+ * pool is paged and it is awake), 0 for a slab slot or anything else: which
+ * path a block took depends on the pool's slab_max when it was placed, not
+ * on its size alone. */
+int ascm_pool_is_large_block(ascm_pool *p, uint64_t addr);
 /* Paged pools: the range is going away with its owner (it may be unmapped
  * already): the map hook is never called again; accounting goes on. */
 void ascm_pool_detach_mapping(ascm_pool *p);

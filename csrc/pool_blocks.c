@@ -86,6 +86,13 @@ static uint32_t large_block_at(const ascm_pool *p, uint64_t addr) {
     return live_large_at(p, (uint32_t)((addr - p->base) >> p->gshift));
 }
 
+int ascm_pool_is_large_block(ascm_pool *p, uint64_t addr) {
+    ascm_pool_lock(p);
+    int large = large_block_at(p, addr) != 0;
+    ascm_pool_unlock(p);
+    return large;
+}
+
 int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released) {
     uint64_t bytes = 0;
     ascm_pool_lock(p);

@@ -226,6 +226,7 @@ cdef extern from "ascmem.h" nogil:
     int ascm_pool_relabel(ascm_pool *p, uint64_t addr, uint64_t requested, uint64_t pad,
                           uint64_t align)
     int ascm_pool_sleep(ascm_pool *p, uint64_t addr, uint64_t *released)
+    int ascm_pool_is_large_block(ascm_pool *p, uint64_t addr)
     int ascm_pool_wake(ascm_pool *p, uint64_t addr, uint64_t *mapped)
     void ascm_pool_walk_free(ascm_pool *p, ascm_block_fn fn, void *ctx)
     void ascm_pool_walk_held(ascm_pool *p, ascm_block_fn fn, void *ctx)
@@ -345,6 +346,7 @@ ctypedef struct CoreCalls:
     void (*ascm_pool_stats)(ascm_pool *p, ascm_stats *st) noexcept nogil
     void (*ascm_pool_walk)(ascm_pool *p, ascm_block_fn fn, void *ctx) noexcept nogil
     int (*ascm_pool_sleep)(ascm_pool *p, uint64_t addr, uint64_t *released) noexcept nogil
+    int (*ascm_pool_is_large_block)(ascm_pool *p, uint64_t addr) noexcept nogil
     int (*ascm_pool_wake)(ascm_pool *p, uint64_t addr, uint64_t *mapped) noexcept nogil
     int (*ascm_acl_allocator_bind)(int slot, ascm_device *d) noexcept nogil
     void *(*ascm_acl_allocator_handle)(int slot) noexcept nogil

@@ -331,6 +331,7 @@ cdef const CoreCalls *core_calls() noexcept nogil:
     _core_calls.ascm_pool_stats = ascm_pool_stats
     _core_calls.ascm_pool_walk = ascm_pool_walk
     _core_calls.ascm_pool_sleep = ascm_pool_sleep
+    _core_calls.ascm_pool_is_large_block = ascm_pool_is_large_block
     _core_calls.ascm_pool_wake = ascm_pool_wake
     _core_calls.ascm_acl_allocator_bind = ascm_acl_allocator_bind
     _core_calls.ascm_acl_allocator_handle = ascm_acl_allocator_handle

@@ -84,7 +84,9 @@ def _sleep_handed_out(Device dev, save):
             p = C.ascm_device_pool_at(dev._d, a, NULL)
             if p is NULL:
                 continue
-            if n <= 32768:  # a slab slot (ascm_pool_sleep refuses it): it stays
+            # a slab slot (ascm_pool_sleep refuses it) stays; which blocks are
+            # slots the pool's slab_max decided when each was placed
+            if not C.ascm_pool_is_large_block(p, a):
                 continue
             token = save(a, n) if save is not None else None
             if C.ascm_pool_sleep(p, a, &given) == ASCM_OK:

@@ -126,3 +126,23 @@ def test_the_paged_plan_without_slabs_maps_what_best_fit_with_unmapping_maps():
     with ascmem.Device("atlas-a3", paged=True, placement=plan.placement,
                        min_block=plan.min_block, slab_max=plan.slab_max) as dev:
         assert (dev.placement, dev.min_block, dev.slab_max) == plan[:2] + (0,)
+
+
+@pytest.mark.parametrize("slab_max", [None, 0])
+def test_a_torch_sleep_takes_every_large_block_whatever_its_size(slab_max):
+    """ascmem.torch.sleep's walk (_sleep_handed_out) asks the pool which
+    blocks are large: with slabs a 100-byte block is a slot and stays; with
+    none it is a large block and sleeps (before, every block of 32 KiB or
+    less was taken for a slot and stayed resident)."""
+    from ascmem import _core
+    with ascmem.Device("atlas-a2-training", backend="host", paged=True, slab_max=slab_max,
+                       pool_sizes={"normal": 64 << 20}) as d:
+        small = d.malloc(100, ascmem.Policy.NORMAL_ONLY)
+        large = d.malloc(40 << 10, ascmem.Policy.NORMAL_ONLY)
+        _, saved = _core._sleep_handed_out(d, None)
+        assert large in saved
+        assert (small in saved) == (slab_max == 0)
+        _core._wake_handed_out(d, saved, None)
+        d.free(small)
+        d.free(large)
+        d.check()
