@@ -1,4 +1,4 @@
-"""Records twenty-three model families that none of the shipped examples covers, as
+"""Records twenty-seven model families that none of the shipped examples covers, as
 held-out traces for judging placement (issue 42, item 5), with the same
 profiler recording as scripts/record_traces.py (its memory_events and
 to_csv), into tests/data/heldout/ (ascmem's CSV, gzip):
@@ -131,6 +131,36 @@ to_csv), into tests/data/heldout/ (ascmem's CSV, gzip):
                        frames (32 samples a frame), each utterance leaving
                        the batch when its samples are made (the others'
                        queues and conditioning copied out by index)
+  lora_grad_accum      LoRA fine-tuning (AdamW over the adapters only) of a
+                       frozen 6-layer decoder language model: rank-8 adapters
+                       on the attention projections and the MLP, 4 optimizer
+                       steps each accumulating gradients over 2-4
+                       micro-batches of 1-4 sequences of long-tailed lengths
+                       (16-1,024 tokens) padded to the micro-batch's longest,
+                       under a budget of 2,048 tokens
+  particle_gns_rollout a learned particle simulator (encode-process-decode
+                       graph network, 5 message-passing steps over the radius
+                       graph of the particles) on 3 scenes of 1-3 blocks of
+                       falling particles: 2 training steps (SGD with
+                       momentum) on noised positions, then a rollout of 10-20
+                       steps in which each step's positions (kept in double)
+                       make the next step's radius graph, so the edge count
+                       drifts step by step
+  tacotron_tts         training steps (Adam) of a Tacotron 2-style
+                       text-to-speech model with teacher forcing: a
+                       convolutional and bidirectional LSTM text encoder over
+                       16-120 symbols, an autoregressive decoder run by a
+                       Python loop over as many steps as the batch's longest
+                       mel (2 frames a step, location-sensitive attention, a
+                       stop logit a step), a convolutional postnet; batches of
+                       2-8 utterances
+  mae_random_masking   masked-autoencoder pretraining (AdamW): a 6-layer
+                       encoder over only the patches a random mask leaves
+                       visible (a mask ratio of 0.4-0.9 a step, the kept
+                       patches gathered by sorting noise), a 2-layer decoder
+                       over all positions with mask tokens put back; images of
+                       96-224 pixels, 32-64 a batch under a budget of 6,272
+                       patches
 
 They live in tests/data/heldout/, not among the package's examples, so
 that placement tuned on the examples is judged on them and not on itself:
@@ -138,9 +168,11 @@ the first five were recorded before any placement change of issue 42, the
 next four after the placement changes then in the code and before any was
 judged or tuned on them, the next three as a fresh sealed set once an earlier one
 was to be diagnosed, before any allocator ran on them, the next seven as
-another sealed set, committed before any allocator ran on them, and the last
-four as a third sealed set, likewise.  Each of the last eighteen seeds torch
-and random itself, so it records the same trace alone or with the others.
+another sealed set, committed before any allocator ran on them, the next
+four as a third sealed set, likewise, and the last four (lora_grad_accum,
+particle_gns_rollout, tacotron_tts, mae_random_masking) as a fourth sealed
+set, likewise.  Each of the last twenty-two seeds torch and random itself, so
+it records the same trace alone or with the others.
 Needs torch (2.13.0 CPU was used), and scipy for detr_set_matching's matching:
 python scripts/record_heldout_traces.py [NAME ...]
 records the families named (all of them when none is), so a new family is
@@ -1479,6 +1511,341 @@ def wavenet_vocoder():
     return run
 
 
+class LoRALinear(nn.Module):
+    """A frozen linear layer plus a trainable low-rank update B A, scaled by
+    alpha / rank (B starts at zero, so training starts from the base model)."""
+
+    def __init__(self, cin, cout, rank=8, alpha=16):
+        super().__init__()
+        self.base = nn.Linear(cin, cout).requires_grad_(False)
+        self.a = nn.Parameter(torch.randn(rank, cin) / cin ** 0.5)
+        self.b = nn.Parameter(torch.zeros(cout, rank))
+        self.scale = alpha / rank
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.a.t() @ self.b.t()) * self.scale
+
+
+class LoRADecoderBlock(nn.Module):
+    """A pre-norm causal decoder block whose attention projections and MLP
+    carry LoRA adapters; norms frozen with the rest of the base."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(d).requires_grad_(False), nn.LayerNorm(d).requires_grad_(False)
+        self.q, self.k, self.v, self.o = (LoRALinear(d, d) for _ in range(4))
+        self.up, self.down = LoRALinear(d, 4 * d), LoRALinear(4 * d, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        h = self.n1(x)
+        q, k, v = (p(h).view(b, n, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, n, d))
+        return x + self.down(nn.functional.gelu(self.up(self.n2(x))))
+
+
+def lora_grad_accum():
+    torch.manual_seed(223)
+    vocab, d = 8192, 384
+    emb, pos = nn.Embedding(vocab, d).requires_grad_(False), nn.Embedding(1024, d).requires_grad_(False)
+    blocks = nn.ModuleList(LoRADecoderBlock(d, 6) for _ in range(6))
+    norm = nn.LayerNorm(d).requires_grad_(False)
+    adapters = [p for p in blocks.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(adapters, lr=2e-4)
+    rng = random.Random(223)
+    steps = []
+    for _ in range(4):  # an optimizer step accumulates 2-4 micro-batches of long-tailed lengths
+        micro = []
+        for _ in range(rng.randint(2, 4)):
+            lengths = [min(1024, int(rng.lognormvariate(5.3, 0.7)) + 16) for _ in range(rng.choice((1, 2, 4)))]
+            while len(lengths) * max(lengths) > 2048:  # a token budget a micro-batch
+                lengths.pop()
+            micro.append(lengths)
+        steps.append(micro)
+
+    def run():
+        for micro in steps:
+            opt.zero_grad()
+            for lengths in micro:  # padded to the micro-batch's longest; padding left out of the loss
+                length = max(lengths)
+                tokens = torch.randint(0, vocab, (len(lengths), length + 1))
+                pad = torch.arange(length).unsqueeze(0) >= torch.tensor(lengths).unsqueeze(1)
+                x = emb(tokens[:, :-1]) + pos.weight[:length]
+                for block in blocks:
+                    x = block(x)
+                logits = norm(x) @ emb.weight.t()  # tied, frozen
+                target = tokens[:, 1:].masked_fill(pad, -100)
+                loss = nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten()) / len(micro)
+                loss.backward()
+            opt.step()
+    return run
+
+
+def mlp(cin, hidden, cout, norm=True):
+    """The simulator's two-hidden-layer MLP, layer-normed but for the decoder's."""
+    layers = [nn.Linear(cin, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, cout)]
+    return nn.Sequential(*layers, nn.LayerNorm(cout)) if norm else nn.Sequential(*layers)
+
+
+class ParticleSimulator(nn.Module):
+    """A learned particle simulator in the encode-process-decode form: nodes
+    encode their recent velocities and distances to the walls, edges of the
+    radius graph their displacement and length; message-passing steps update
+    edges from their ends and nodes from the sum of their incoming edges
+    (index_add); nodes decode to an acceleration."""
+
+    def __init__(self, history=5, latent=64, passes=5):
+        super().__init__()
+        self.node_in, self.edge_in = mlp(2 * history + 4, latent, latent), mlp(3, latent, latent)
+        self.edge_fn = nn.ModuleList(mlp(3 * latent, latent, latent) for _ in range(passes))
+        self.node_fn = nn.ModuleList(mlp(2 * latent, latent, latent) for _ in range(passes))
+        self.out = mlp(latent, latent, 2, norm=False)
+
+    def forward(self, positions, radius):
+        """positions: (history + 1, particles, 2) in double precision,
+        oldest first; the features made of them are single."""
+        now = positions[-1]
+        velocities = (positions[1:] - positions[:-1]).transpose(0, 1).flatten(1).float()
+        walls = (torch.cat((now, 1 - now), 1).clamp(max=radius) / radius).float()
+        src, dst = radius_graph(now, radius)
+        rel = ((now[src] - now[dst]) / radius).float()
+        h = self.node_in(torch.cat((velocities, walls), 1))
+        e = self.edge_in(torch.cat((rel, rel.norm(dim=1, keepdim=True)), 1))
+        for edge_fn, node_fn in zip(self.edge_fn, self.node_fn):
+            e = e + edge_fn(torch.cat((e, h[src], h[dst]), 1))
+            h = h + node_fn(torch.cat((h, torch.zeros_like(h).index_add_(0, dst, e)), 1))
+        return self.out(h)
+
+
+def radius_graph(pos, radius):
+    """Every ordered pair of distinct particles closer than radius, found a
+    row block at a time so the distance matrix is never whole.  The
+    distances are taken as differences (of double positions): the
+    matrix-product form's rounding depends on the buffers' alignment, so
+    pairs near the radius came and went from one run to the next."""
+    src, dst = [], []
+    for start in range(0, len(pos), 1024):
+        near = (torch.cdist(pos[start:start + 1024], pos, compute_mode="donot_use_mm_for_euclid_dist")
+                < radius).nonzero()
+        near = near[near[:, 0] + start != near[:, 1]]
+        src.append(near[:, 1])
+        dst.append(near[:, 0] + start)
+    return torch.cat(src), torch.cat(dst)
+
+
+def particle_gns_rollout():
+    torch.manual_seed(227)
+    # positions kept in double: in single, a last-place rounding the model's
+    # output tipped one way or the other grew step by step and moved edges
+    history, radius, gravity = 5, 0.025, torch.tensor([0.0, -2e-4], dtype=torch.float64)
+    model = ParticleSimulator(history)
+    # SGD, not Adam: Adam's normalised step turned the rounding noise of
+    # gradients that are zero in exact arithmetic (biases ahead of a
+    # LayerNorm) into steps of full size, so runs drifted apart
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    rng = random.Random(227)
+    scenes = []
+    for _ in range(3):  # blocks of fluid of random sizes dropped into a unit box
+        blocks = []
+        for _ in range(rng.randint(1, 3)):
+            w, h = rng.uniform(0.12, 0.35), rng.uniform(0.12, 0.35)
+            blocks.append((rng.uniform(0.05, 0.95 - w), rng.uniform(0.05, 0.95 - h), w, h))
+        scenes.append((blocks, rng.randint(10, 20)))
+
+    def trajectory(blocks):
+        """history + 1 positions of particles thrown from a jittered lattice,
+        0.012 apart, each at its own speed, falling (gravity 2e-4 a step
+        squared), kept in the box."""
+        points = []
+        for x0, y0, w, h in blocks:
+            xs, ys = torch.arange(x0, x0 + w, 0.012), torch.arange(y0, y0 + h, 0.012)
+            points.append(torch.stack(torch.meshgrid(xs, ys, indexing="ij"), -1).view(-1, 2))
+        start = torch.cat(points).double() + torch.randn(sum(len(p) for p in points), 2) * 0.001
+        speed = torch.randn(len(start), 2) * 1e-3 + torch.tensor([0.0, -2e-3])
+        k = torch.arange(history + 1.0, dtype=torch.float64).view(-1, 1, 1)
+        return (start + speed * k + gravity * k ** 2 / 2).clamp(0, 1)
+
+    def run():
+        for blocks, rollout in scenes:
+            positions = trajectory(blocks)
+            for _ in range(2):  # training on one-step accelerations, positions noised as in training a GNS
+                noisy = positions + torch.randn_like(positions) * 3e-4
+                target = torch.randn(positions.shape[1], 2)  # a stand-in for the next step's acceleration
+                loss = (model(noisy, radius) - target).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            with torch.no_grad():  # the rollout: each step's positions make the next step's radius graph
+                for _ in range(rollout):
+                    velocity = positions[-1] - positions[-2] + gravity + model(positions, radius) * 1e-6
+                    nxt = (positions[-1] + velocity).clamp(0, 1)
+                    positions = torch.cat((positions[1:], nxt.unsqueeze(0)))
+    return run
+
+
+class LocationAttention(nn.Module):
+    """Tacotron 2's location-sensitive attention: the energy reads the
+    query, the encoder outputs (projected once an utterance) and a
+    convolution over the previous and cumulative alignments."""
+
+    def __init__(self, query, memory, dim=128, filters=32, kernel=31):
+        super().__init__()
+        self.q, self.m = nn.Linear(query, dim, bias=False), nn.Linear(memory, dim, bias=False)
+        self.location = nn.Sequential(nn.Conv1d(2, filters, kernel, padding=kernel // 2, bias=False),
+                                      nn.Conv1d(filters, dim, 1, bias=False))
+        self.v = nn.Linear(dim, 1, bias=False)
+
+    def forward(self, query, keys, memory, alignments, pad):
+        loc = self.location(alignments).transpose(1, 2)
+        energy = self.v(torch.tanh(self.q(query).unsqueeze(1) + keys + loc)).squeeze(2)
+        weights = energy.masked_fill(pad, float("-inf")).softmax(1)
+        return torch.bmm(weights.unsqueeze(1), memory).squeeze(1), weights
+
+
+class Tacotron(nn.Module):
+    """Tacotron 2 at a reduced width: a convolutional and bidirectional LSTM
+    text encoder; an autoregressive decoder (prenet, attention LSTM,
+    location-sensitive attention, decoder LSTM) emitting r mel frames and a
+    stop logit a step; a convolutional postnet."""
+
+    def __init__(self, symbols=80, mels=80, enc=256, rnn=512, r=2):
+        super().__init__()
+        self.mels, self.r, self.rnn = mels, r, rnn
+        self.embed = nn.Embedding(symbols, enc)
+        self.convs = nn.Sequential(*(m for _ in range(3) for m in (nn.Conv1d(enc, enc, 5, padding=2),
+                                                                    nn.BatchNorm1d(enc), nn.ReLU())))
+        self.lstm = nn.LSTM(enc, enc // 2, batch_first=True, bidirectional=True)
+        self.prenet = nn.Sequential(nn.Linear(mels, 128), nn.ReLU(), nn.Dropout(0.5),
+                                    nn.Linear(128, 128), nn.ReLU(), nn.Dropout(0.5))
+        self.attention_rnn = nn.LSTMCell(128 + enc, rnn)
+        self.attention = LocationAttention(rnn, enc)
+        self.decoder_rnn = nn.LSTMCell(rnn + enc, rnn)
+        self.frames = nn.Linear(rnn + enc, mels * r)
+        self.stop = nn.Linear(rnn + enc, 1)
+        self.postnet = nn.Sequential(*(m for cin, cout in ((mels, 256), (256, 256), (256, 256), (256, 256))
+                                       for m in (nn.Conv1d(cin, cout, 5, padding=2), nn.BatchNorm1d(cout),
+                                                 nn.Tanh())), nn.Conv1d(256, mels, 5, padding=2))
+
+    def forward(self, text, text_lengths, mel):
+        """Teacher forcing: step t reads the last of the true frames of step t - 1."""
+        b, steps = len(text), mel.shape[1] // self.r
+        x = self.convs(self.embed(text).transpose(1, 2)).transpose(1, 2)
+        memory, _ = self.lstm(nn.utils.rnn.pack_padded_sequence(x, text_lengths, batch_first=True,
+                                                                 enforce_sorted=False))
+        memory, _ = nn.utils.rnn.pad_packed_sequence(memory, batch_first=True)
+        keys = self.attention.m(memory)
+        pad = torch.arange(memory.shape[1]).unsqueeze(0) >= text_lengths.unsqueeze(1)
+        previous = torch.cat((mel.new_zeros(b, 1, self.mels), mel[:, self.r - 1:-1:self.r]), 1)
+        inputs = self.prenet(previous)
+        h1, c1, h2, c2 = (mel.new_zeros(b, self.rnn) for _ in range(4))
+        context, weights = mel.new_zeros(b, memory.shape[2]), mel.new_zeros(b, memory.shape[1])
+        cumulative, frames, stops = torch.zeros_like(weights), [], []
+        for t in range(steps):
+            h1, c1 = self.attention_rnn(torch.cat((inputs[:, t], context), 1), (h1, c1))
+            context, weights = self.attention(h1, keys, memory, torch.stack((weights, cumulative), 1), pad)
+            cumulative = cumulative + weights
+            h2, c2 = self.decoder_rnn(torch.cat((h1, context), 1), (h2, c2))
+            out = torch.cat((h2, context), 1)
+            frames.append(self.frames(out).view(b, self.r, self.mels))
+            stops.append(self.stop(out))
+        before = torch.cat(frames, 1)
+        after = before + self.postnet(before.transpose(1, 2)).transpose(1, 2)
+        return before, after, torch.cat(stops, 1)
+
+
+def tacotron_tts():
+    torch.manual_seed(229)
+    model = Tacotron()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-6)
+    rng = random.Random(229)
+    batches = []
+    for _ in range(3):  # utterances of 16-120 symbols, about 4 frames a symbol, varying with the speaker
+        texts = [rng.randint(16, 120) for _ in range(rng.choice((2, 4, 8)))]
+        batches.append([(n, int(n * rng.uniform(3.0, 5.0)) // 2 * 2) for n in texts])
+
+    def run():
+        for utterances in batches:
+            text_lengths = torch.tensor([n for n, _ in utterances])
+            mel_lengths = torch.tensor([m for _, m in utterances])
+            text = torch.randint(1, 80, (len(utterances), int(text_lengths.max())))
+            text.masked_fill_(torch.arange(text.shape[1]) >= text_lengths.unsqueeze(1), 0)
+            frames = int(mel_lengths.max())
+            mel = torch.randn(len(utterances), frames, 80)
+            valid = torch.arange(frames) < mel_lengths.unsqueeze(1)
+            mel = mel * valid.unsqueeze(2)
+            before, after, stops = model(text, text_lengths, mel)
+            step_valid = valid[:, ::model.r]
+            stop_target = (torch.arange(0, frames, model.r) >= mel_lengths.unsqueeze(1) - model.r).float()
+            mask = valid.unsqueeze(2).float()
+            loss = (((before - mel) ** 2 + (after - mel) ** 2) * mask).sum() / (mask.sum() * 80)
+            loss = loss + nn.functional.binary_cross_entropy_with_logits(stops[step_valid],
+                                                                         stop_target[step_valid])
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    return run
+
+
+class MaskedAutoencoder(nn.Module):
+    """MAE: the encoder sees only the patches a random mask leaves visible
+    (chosen per image by sorting noise); the decoder sees every position,
+    mask tokens put back where the hidden patches were."""
+
+    def __init__(self, patch=16, d=256, depth=6, dd=128, decoder_depth=2, positions=196):
+        super().__init__()
+        self.patch = patch
+        self.embed = nn.Linear(3 * patch * patch, d)
+        self.pos = nn.Parameter(torch.zeros(positions, d))
+        self.decoder_pos = nn.Parameter(torch.zeros(positions, dd))
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 8, 4 * d, 0.0, batch_first=True,
+                                                                        norm_first=True), depth,
+                                             enable_nested_tensor=False)
+        self.to_decoder, self.mask_token = nn.Linear(d, dd), nn.Parameter(torch.zeros(dd))
+        self.decoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(dd, 4, 4 * dd, 0.0, batch_first=True,
+                                                                        norm_first=True), decoder_depth,
+                                             enable_nested_tensor=False)
+        self.pixels = nn.Linear(dd, 3 * patch * patch)
+
+    def forward(self, images, ratio):
+        p = self.patch
+        patches = images.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).flatten(1, 2).flatten(2)
+        b, n, _ = patches.shape
+        keep = int(n * (1 - ratio))
+        order = torch.rand(b, n).argsort(1)
+        restore = order.argsort(1)
+        visible = order[:, :keep]
+        x = (self.embed(patches) + self.pos[:n]).gather(1, visible.unsqueeze(2).expand(-1, -1, self.pos.shape[1]))
+        x = self.to_decoder(self.encoder(x))
+        x = torch.cat((x, self.mask_token.expand(b, n - keep, -1)), 1)
+        x = x.gather(1, restore.unsqueeze(2).expand(-1, -1, x.shape[2])) + self.decoder_pos[:n]
+        predicted = self.pixels(self.decoder(x))
+        target = (patches - patches.mean(-1, keepdim=True)) / (patches.var(-1, keepdim=True) + 1e-6).sqrt()
+        hidden = torch.ones(b, n).scatter_(1, visible, 0.0)
+        return (((predicted - target) ** 2).mean(-1) * hidden).sum() / hidden.sum()
+
+
+def mae_random_masking():
+    torch.manual_seed(233)
+    model = MaskedAutoencoder()
+    opt = torch.optim.AdamW(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95), weight_decay=0.05)
+    rng = random.Random(233)
+    steps = []
+    for _ in range(6):  # a mask ratio a step, images of 96-224 pixels, a batch under a budget of patches
+        side = rng.choice((96, 128, 160, 192, 224))
+        steps.append((max(4, min(64, 6272 // (side // 16) ** 2)), side, rng.uniform(0.4, 0.9)))
+
+    def run():
+        for batch, side, ratio in steps:
+            loss = model(torch.randn(batch, 3, side, side), ratio)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
 RECORDERS = (("gnn_message_passing", gnn_message_passing), ("detector_boxes", detector_boxes),
              ("dlrm_recsys", dlrm_recsys), ("conformer_ctc", conformer_ctc),
              ("swin_windows", swin_windows), ("vae_train", vae_train),
@@ -1494,7 +1861,9 @@ RECORDERS = (("gnn_message_passing", gnn_message_passing), ("detector_boxes", de
              ("tabular_ft_transformer", tabular_ft_transformer),
              ("seg_unet_dice", seg_unet_dice), ("clip_contrastive", clip_contrastive),
              ("video_r2plus1d", video_r2plus1d), ("detr_set_matching", detr_set_matching),
-             ("wavenet_vocoder", wavenet_vocoder))
+             ("wavenet_vocoder", wavenet_vocoder), ("lora_grad_accum", lora_grad_accum),
+             ("particle_gns_rollout", particle_gns_rollout), ("tacotron_tts", tacotron_tts),
+             ("mae_random_masking", mae_random_masking))
 
 
 def main():
