@@ -249,14 +249,15 @@ int ascm_pool_set_placement(ascm_pool *p, int placement);
 int ascm_pool_placement(ascm_pool *p);
 /* Requests of at most this many bytes are served from slabs, larger ones
  * from best fit in units of min_block; 0: none from slabs, every block
- * placed as the placement places large ones.  A new pool's is 32 KiB (the
- * largest slab class), and more is read as that; BEST_FIT serves at most 1 KiB from
+ * placed as the placement places large ones.  A new pool's is ASCM_SLAB_MAX
+ * (the largest slab class), and more is read as that; BEST_FIT serves at most 1 KiB from
  * slabs whatever it is.  Slabs pack small blocks fast in a few spans, but
  * a span stays while any of its slots is live, and on some workloads that
  * costs memory best fit would not (docs/ARCHITECTURE.md, Note [Slabs or
  * best fit]); ascmem.trace.choose_contiguous_plan and choose_paged_plan
  * try both.  It applies to the blocks placed from then on: a block keeps
  * the path it was placed by until it is freed.  Always ASCM_OK. */
+#define ASCM_SLAB_MAX 32768u /* the largest request slabs can serve */
 int ascm_pool_set_slab_max(ascm_pool *p, uint64_t bytes);
 uint64_t ascm_pool_slab_max(ascm_pool *p);
 int ascm_pool_contains(const ascm_pool *p, uint64_t addr);

@@ -343,7 +343,6 @@ int ascm_fit_check(const ascm_fit *f, char *msg, size_t msglen);
 
 /* ---- slabs: size classes for small requests ---------------------------- */
 
-#define ASCM_SLAB_MAX 32768u       /* largest request served by slabs */
 #define ASCM_SLAB_CLASSES 36
 #define ASCM_SLAB_MAX_SLOTS 2048u
 

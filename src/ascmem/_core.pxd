@@ -15,6 +15,7 @@ from ascmem._views cimport _GuardBytes, _ViewRegistry
 
 cdef extern from "ascmem.h" nogil:
     enum:
+        ASCM_SLAB_MAX
         ASCM_OK
         ASCM_ERR_NOMEM
         ASCM_ERR_INVAL

@@ -40,8 +40,8 @@ cdef dict _PLACEMENTS = {"granules": ASCM_PLACE_GRANULES, "packed": ASCM_PLACE_P
                          "lowest-equal": ASCM_PLACE_LOWEST_EQUAL, "best-fit": ASCM_PLACE_BEST_FIT,
                          "best-fit-end-last": ASCM_PLACE_BEST_FIT_END_LAST}
 cdef dict _PLACEMENT_NAMES = {v: k for k, v in _PLACEMENTS.items()}
-# the largest request slabs serve, and a new pool's slab_max (csrc/internal.h, ASCM_SLAB_MAX)
-SLAB_MAX = 32 * 1024
+# the largest request slabs can serve, and a new pool's slab_max
+SLAB_MAX = ASCM_SLAB_MAX
 
 # each kind of pool's placements, its default first (ascmem.trace has the same)
 cdef tuple _PAGED_PLACEMENTS = ("granules", "packed", "best-fit")
