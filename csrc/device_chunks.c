@@ -86,16 +86,19 @@ int ascm_device_set_thread_caches(ascm_device *d, int mode) {
  * every kind.  The other kind's placements are refused: the device would
  * hold a placement none of its pools has.  chunks_lock before a pool's lock,
  * as in ascm_device_release_empty. */
+static void give_every_pool(ascm_device *d) {
+    for (int k = 0; k < ASCM_KINDS; k++) {
+        chunk_table *t = table_of(d, k);
+        for (uint32_t i = 0; t && i < t->n; i++) give_placement(d, t->c[i].pool);
+    }
+}
+
 int ascm_device_set_placement(ascm_device *d, int placement) {
     if (d->paged ? !ascm_placement_paged(placement) : !ascm_placement_contiguous(placement))
         return ASCM_ERR_INVAL;
     ascm_lock_acquire(&d->chunks_lock);
     d->placement = placement;
-    for (int k = 0; k < ASCM_KINDS; k++) {
-        chunk_table *t = table_of(d, k);
-        for (uint32_t i = 0; t && i < t->n; i++) /* ASCM_ERR_INVAL: a pool of the other kind */
-            (void)ascm_pool_set_placement(t->c[i].pool, placement);
-    }
+    give_every_pool(d);
     ascm_lock_release(&d->chunks_lock);
     return ASCM_OK;
 }
@@ -110,10 +113,7 @@ int ascm_device_placement(ascm_device *d) {
 int ascm_device_set_slab_max(ascm_device *d, uint64_t bytes) {
     ascm_lock_acquire(&d->chunks_lock);
     d->slab_max = bytes < ASCM_SLAB_MAX ? bytes : ASCM_SLAB_MAX;
-    for (int k = 0; k < ASCM_KINDS; k++) {
-        chunk_table *t = table_of(d, k);
-        for (uint32_t i = 0; t && i < t->n; i++) (void)ascm_pool_set_slab_max(t->c[i].pool, bytes);
-    }
+    give_every_pool(d);
     ascm_lock_release(&d->chunks_lock);
     return ASCM_OK;
 }

@@ -128,13 +128,14 @@ static inline int give_caches_mode(const ascm_device *d, int k, ascm_pool *p) {
     return mode == ASCM_CACHES_OFF ? ASCM_OK : ascm_pool_set_thread_caches(p, mode);
 }
 
-/* A new pool takes the device's placement (ascm_device_set_placement); a
- * contiguous pool of a paged device has none to take (ASCM_ERR_INVAL,
- * ignored).  GRANULES (0) is every new pool's own default.  It takes the
- * device's slab_max too (ascm_device_set_slab_max). */
+/* A pool takes the device's placement (ascm_device_set_placement) and
+ * slab_max (ascm_device_set_slab_max).  A pool of the other kind (a
+ * contiguous pool of a paged device; any pool while the device's placement
+ * is still GRANULES, 0, every new pool's own default) refuses the placement
+ * with ASCM_ERR_INVAL and keeps its own. */
 static inline void give_placement(const ascm_device *d, ascm_pool *p) {
-    if (d->placement != ASCM_PLACE_GRANULES) (void)ascm_pool_set_placement(p, d->placement);
-    if (d->slab_max != ASCM_SLAB_MAX) (void)ascm_pool_set_slab_max(p, d->slab_max);
+    (void)ascm_pool_set_placement(p, d->placement);
+    (void)ascm_pool_set_slab_max(p, d->slab_max);
 }
 
 static inline chunk_table *table_of(const ascm_device *d, int kind) {
