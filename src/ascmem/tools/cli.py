@@ -291,6 +291,7 @@ def _in_default_setting(plans, unit):
     return {p: got for (p, u, slab_max), got in plans.items()
             if u == unit and slab_max == tr.SLAB_MAX}
 
+
 def cmd_fit(args):
     from ascmem import trace as tr
     t = _load(args)
